@@ -1,1 +1,50 @@
-"""agentrl.messages."""
+"""agentrl.messages: wire records and their msgpack codec."""
+
+from ._codec import decode, encode
+from ._errors import MessageError
+from ._records import (
+    SCHEMA_VERSION,
+    ChatMessage,
+    CheckpointQuery,
+    CheckpointReady,
+    ControlCommand,
+    EnvCancel,
+    Envelope,
+    EnvInteract,
+    EnvReply,
+    EnvStart,
+    EpisodeRequest,
+    GenerateRequest,
+    GenerateResult,
+    Heartbeat,
+    Message,
+    MetricsReport,
+    Payload,
+    ToolCall,
+    Trajectory,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ChatMessage",
+    "CheckpointQuery",
+    "CheckpointReady",
+    "ControlCommand",
+    "EnvCancel",
+    "EnvInteract",
+    "EnvReply",
+    "EnvStart",
+    "Envelope",
+    "EpisodeRequest",
+    "GenerateRequest",
+    "GenerateResult",
+    "Heartbeat",
+    "Message",
+    "MessageError",
+    "MetricsReport",
+    "Payload",
+    "ToolCall",
+    "Trajectory",
+    "decode",
+    "encode",
+]
