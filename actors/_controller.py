@@ -1,0 +1,209 @@
+"""The controller: task catalogue, GRPO group dispatch, bounded-staleness admission.
+
+Admission rule (DESIGN "Staleness"): with policy version v, episodes-per-batch B
+and maximum staleness eta, the controller keeps
+
+    issued <= (v + eta + 1) * B + retired_without_training
+
+where the last term counts episodes the learner reported as dropped (stale
+groups, groups with too few survivors). Without it a dropped group would leave
+the learner waiting for episodes the controller will never issue.
+eta = 0 is synchronous training: the next batch is issued only after the
+update that consumes the previous one.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pykka
+import structlog
+
+from agentrl.messages import (
+    CheckpointQuery,
+    CheckpointReady,
+    Delivery,
+    EpisodeRequest,
+    MetricsReport,
+    Topology,
+    connect,
+    encode,
+)
+
+from ._wire import TopologySpec, declare, decode_or_dead_letter, wait_all
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["ControllerActor", "TaskEntry"]
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task of the catalogue as the controller sees it."""
+
+    weight: float
+    """Relative share of groups drawn from this task."""
+    num_instances: int
+    """Size of the task's instance set; indices are drawn in a seeded shuffled order."""
+
+
+class ControllerActor(pykka.ThreadingActor):
+    """Issues EpisodeRequests group by group while the staleness window allows."""
+
+    def __init__(
+        self,
+        *,
+        broker: str,
+        topology: TopologySpec,
+        tasks: Mapping[str, TaskEntry],
+        group_size: int,
+        episodes_per_batch: int,
+        max_staleness: int,
+        initial: CheckpointReady,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if episodes_per_batch % group_size:
+            raise ValueError("episodes_per_batch must be a multiple of group_size")
+        self._broker = broker
+        self._spec = topology
+        self._names = Topology(topology.run)
+        self._tasks = dict(tasks)
+        self._group_size = group_size
+        self._batch = episodes_per_batch
+        self._eta = max_staleness
+        self._latest = initial
+        self._rng = random.Random(seed)
+        self._orders: dict[str, tuple[list[int], int]] = {}
+        self._issued = 0
+        self._dropped = 0
+        self._groups = 0
+        self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
+        self._transport = None
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._transport = connect(self._broker, name=f"{self._spec.run}-controller")
+        declare(self._transport, self._spec)
+        ref = self.actor_ref
+        ckpt_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
+        self._transport.bind(ckpt_q, self._names.checkpoints)
+        self._transport.consume(ckpt_q, lambda d: ref.tell(("checkpoint", d)), prefetch=16)
+        ctl_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
+        self._transport.bind(ctl_q, self._names.control, "metrics.learner")
+        self._transport.consume(ctl_q, lambda d: ref.tell(("metrics", d)), prefetch=16)
+        self._transport.consume(self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16)
+        log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
+        self._admit()
+
+    def on_stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def on_failure(self, *exc_info) -> None:
+        self.on_stop()
+
+    # --- messages --------------------------------------------------------------------
+
+    def on_receive(self, message):
+        kind, delivery = message
+        if kind == "checkpoint":
+            self._on_checkpoint(delivery)
+        elif kind == "metrics":
+            self._on_metrics(delivery)
+        elif kind == "rpc":
+            self._on_rpc(delivery)
+        else:
+            raise ValueError(f"controller: unknown message {kind!r}")
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the progress line and tests."""
+        return {
+            "version": self._latest.version,
+            "issued": self._issued,
+            "groups": self._groups,
+            "dropped": self._dropped,
+            "allowance": self._allowance(),
+            **{f"issued/{t}": n for t, n in self._issued_by_task.items()},
+        }
+
+    def _on_checkpoint(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, CheckpointReady)
+        if msg is None:
+            return
+        if msg.payload.version > self._latest.version:
+            self._latest = msg.payload
+        delivery.ack()
+        self._admit()
+
+    def _on_metrics(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, MetricsReport)
+        if msg is None:
+            return
+        dropped = msg.payload.values.get("learner/dropped_episodes_total")
+        if dropped is not None and int(dropped) > self._dropped:
+            self._dropped = int(dropped)
+        delivery.ack()
+        self._admit()
+
+    def _on_rpc(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, CheckpointQuery)
+        if msg is None:
+            return
+        self._transport.reply(delivery, encode(self._latest, run=self._spec.run)).result()
+        delivery.ack()
+
+    # --- admission -------------------------------------------------------------------
+
+    def _allowance(self) -> int:
+        budget = (self._latest.version + self._eta + 1) * self._batch + self._dropped
+        return budget - self._issued
+
+    def _admit(self) -> None:
+        futures = []
+        while self._allowance() >= self._group_size:
+            futures.extend(self._issue_group())
+        wait_all(futures)
+
+    def _issue_group(self) -> list:
+        task = self._pick_task()
+        index = self._next_index(task)
+        group_id = uuid.uuid4().hex[:12]
+        self._groups += 1
+        futures = []
+        for sample in range(self._group_size):
+            req = EpisodeRequest(
+                episode_id=f"{group_id}-{sample}",
+                task=task,
+                index=index,
+                group_id=group_id,
+                sample_idx=sample,
+                group_size=self._group_size,
+                issued_version=self._latest.version,
+            )
+            body = encode(req, run=self._spec.run)
+            futures.append(self._transport.publish("", self._names.episodes, body))
+        self._issued += self._group_size
+        self._issued_by_task[task] += self._group_size
+        log.debug("group issued", task=task, index=index, group=group_id)
+        return futures
+
+    def _pick_task(self) -> str:
+        names = list(self._tasks)
+        weights = [self._tasks[n].weight for n in names]
+        return self._rng.choices(names, weights=weights)[0]
+
+    def _next_index(self, task: str) -> int:
+        """Walk a seeded permutation of the task's instances; reshuffle each epoch."""
+        order, pos = self._orders.get(task, ([], 0))
+        if pos >= len(order):
+            order = list(range(self._tasks[task].num_instances))
+            self._rng.shuffle(order)
+            pos = 0
+        self._orders[task] = (order, pos + 1)
+        return order[pos]
+

@@ -1,0 +1,62 @@
+"""Per-batch rollout metrics computed by the learner from the trajectories it trains on.
+
+Every metric name is documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import fmean
+
+from agentrl.messages import Trajectory
+
+__all__ = ["batch_metrics", "is_success"]
+
+
+def is_success(t: Trajectory) -> bool:
+    """An episode succeeded when it completed with full reward (or its env says so)."""
+    if "success" in t.metrics:
+        return t.metrics["success"] >= 0.5
+    return t.status == "completed" and t.env_reward >= 1.0
+
+
+def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[str, float]:
+    """Rollout, per-task and staleness metrics of one training batch.
+
+    `version` is the version the batch produced (v + 1); staleness is measured
+    against the version that trained on it (v).
+    """
+    trained_on = version - 1
+    out: dict[str, float] = {
+        "rollout/episodes": float(len(batch)),
+        "rollout/episodes_per_s": len(batch) / max(wall, 1e-9),
+        "rollout/reward": fmean(t.reward for t in batch),
+        "rollout/success": fmean(is_success(t) for t in batch),
+        "rollout/turns": fmean(t.num_turns for t in batch),
+        "rollout/tokens": fmean(len(t.token_ids) for t in batch),
+        "rollout/assistant_tokens": fmean(sum(t.loss_mask) for t in batch),
+        "rollout/episode_time": fmean(t.timings.get("episode", 0.0) for t in batch),
+    }
+    for status, n in Counter(t.status for t in batch).items():
+        out[f"rollout/status/{status}"] = n / len(batch)
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in batch:
+        by_task[t.task].append(t)
+    for task, ts in by_task.items():
+        out[f"env/{task}/reward"] = fmean(t.reward for t in ts)
+        out[f"env/{task}/success"] = fmean(is_success(t) for t in ts)
+        out[f"env/{task}/episodes"] = float(len(ts))
+    issue_lag = [trained_on - t.issued_version for t in batch]
+    token_lag = [
+        trained_on - v for t in batch for v, m in zip(t.versions, t.loss_mask, strict=True) if m
+    ]
+    out["staleness/issue_lag_mean"] = fmean(issue_lag)
+    out["staleness/issue_lag_max"] = float(max(issue_lag))
+    if token_lag:
+        out["staleness/token_lag_mean"] = fmean(token_lag)
+        out["staleness/token_lag_max"] = float(max(token_lag))
+    pools = Counter(p for t in batch for p in t.pools)
+    total = sum(pools.values())
+    for pool, n in pools.items():
+        out[f"rollout/pool_share/{pool}"] = n / total
+    return out

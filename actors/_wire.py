@@ -1,0 +1,50 @@
+"""Small helpers the actors share for talking to the transport."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import structlog
+
+from agentrl.messages import Delivery, MessageError, Topology, Transport, decode
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["TopologySpec", "declare", "decode_or_dead_letter", "wait_all"]
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """What every actor needs to declare the run's queues and exchanges identically."""
+
+    run: str
+    """Run name; prefixes every queue and exchange."""
+    pools: tuple[str, ...]
+    """Sampler pool names; each gets a `generate.<pool>` queue."""
+    trajectory_capacity: int
+    """x-max-length of the trajectories queue (publishers back off when it is full)."""
+
+
+def declare(transport: Transport, spec: TopologySpec) -> Topology:
+    """Declare the whole topology (idempotent: every actor does it in on_start)."""
+    topology = Topology(spec.run)
+    topology.declare(transport, list(spec.pools), spec.trajectory_capacity)
+    return topology
+
+
+def wait_all(futures: Iterable[Future], timeout: float | None = None) -> None:
+    """Wait for publisher confirms; the first failure is raised."""
+    for future in futures:
+        future.result(timeout=timeout)
+
+
+def decode_or_dead_letter(delivery: Delivery, expect: type):
+    """Decode a delivery, or send it to the dead-letter queue with the reason and return None."""
+    try:
+        return decode(delivery.body, expect=expect)
+    except MessageError as exc:
+        log.warning("malformed message dead-lettered", queue=delivery.queue, reason=str(exc))
+        delivery.dead_letter(str(exc))
+        return None

@@ -1,0 +1,259 @@
+"""Build the actors of a run from its config, start them, watch them, stop them.
+
+Builder functions turn the config into plain constructor arguments; actors
+never see the config object.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pykka
+import structlog
+import yaml
+
+from agentrl.actors import (
+    ControllerActor,
+    EpisodeLimits,
+    LearnerActor,
+    RolloutActor,
+    SamplerActor,
+    TaskEntry,
+    TopologySpec,
+    TorchEngine,
+)
+from agentrl.environments import ChatFormat, make_task
+from agentrl.messages import CheckpointReady, Topology, connect
+from agentrl.trainer import TorchLearner, checkpoint_digest, load_tokenizer, resolve_model
+
+from ._config import RunConfig
+from ._progress import Progress
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["ROLES", "Supervisor", "latest_checkpoint"]
+
+ROLES = ("controller", "rollout", "sampler", "learner")
+
+
+def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint (one with a DIGEST file) under `ckpt_dir`."""
+    found = [
+        (int(p.name[1:]), p)
+        for p in ckpt_dir.glob("v[0-9]*")
+        if p.is_dir() and (p / "DIGEST").exists()
+    ]
+    return max(found) if found else None
+
+
+class Supervisor:
+    """Runs the roles of one node in this process until done, interrupted or broken."""
+
+    def __init__(self, cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+        unknown = set(roles) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown roles {sorted(unknown)}; known: {', '.join(ROLES)}")
+        self.cfg = cfg
+        self.roles = roles
+        self.done = threading.Event()
+        self._refs: list[tuple[str, pykka.ActorRef]] = []
+        self._metrics_lock = threading.Lock()
+        self.last_metrics: dict[str, float] = {}
+
+    # --- entry point -------------------------------------------------------------------
+
+    def run(self, progress_every: float = 10.0, install_signals: bool = True) -> int:
+        cfg = self.cfg
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(_redacted(cfg), sort_keys=False))
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: self.done.set())
+        failed = False
+        try:
+            self._start()
+            failed = self._watch(progress_every)
+        finally:
+            self.stop()
+        return 1 if failed else 0
+
+    def _start(self) -> None:
+        cfg = self.cfg
+        model_dir = resolve_model(cfg.model)
+        ckpt_dir = cfg.run_dir / "checkpoints"
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        latest = latest_checkpoint(ckpt_dir)
+        version, weights = latest if latest else (0, model_dir)
+        initial = CheckpointReady(
+            version=version,
+            uri=str(weights),
+            digest=checkpoint_digest(weights) if latest else "",
+            created_at=time.time(),
+        )
+        spec = TopologySpec(
+            run=cfg.run,
+            pools=tuple(cfg.pools),
+            trajectory_capacity=cfg.episodes_per_batch * (cfg.staleness.max + 2),
+        )
+        tokenizer = load_tokenizer(model_dir)
+        log.info("starting", run=cfg.run, roles=list(self.roles), version=version, model=str(weights))
+        if "learner" in self.roles:
+            self._spawn("learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer))
+        if "sampler" in self.roles:
+            for pool, pc in cfg.pools.items():
+                pool_weights = resolve_model(pc.model) if pc.model else weights
+                for i in range(pc.replicas):
+                    self._spawn(
+                        f"sampler-{pool}-{i}",
+                        SamplerActor,
+                        broker=cfg.broker,
+                        topology=spec,
+                        pool=pool,
+                        every=pc.every,
+                        engine_factory=_engine_factory(pool_weights, version, pc.max_batch, cfg),
+                        sampler_id=f"sampler-{pool}-{i}",
+                        prefetch=2 * pc.max_batch,
+                    )
+        if "controller" in self.roles:
+            self._spawn(
+                "controller",
+                ControllerActor,
+                broker=cfg.broker,
+                topology=spec,
+                tasks={
+                    name: TaskEntry(weight=t.weight, num_instances=len(make_task(name, **t.options)))
+                    for name, t in cfg.tasks.items()
+                },
+                group_size=cfg.rollout.group_size,
+                episodes_per_batch=cfg.episodes_per_batch,
+                max_staleness=cfg.staleness.max,
+                initial=initial,
+                seed=cfg.seed,
+            )
+        if "rollout" in self.roles:
+            r = cfg.rollout
+            for i in range(r.workers):
+                self._spawn(
+                    f"rollout-{i}",
+                    RolloutActor,
+                    broker=cfg.broker,
+                    topology=spec,
+                    environments={n: make_task(n, **t.options) for n, t in cfg.tasks.items()},
+                    chat_format=ChatFormat(tokenizer),
+                    pool_weights={p: pc.weight for p, pc in cfg.pools.items()},
+                    limits=EpisodeLimits(
+                        max_turns=r.max_turns,
+                        max_tokens=r.max_tokens,
+                        max_new_tokens=r.max_new_tokens,
+                        temperature=r.temperature,
+                        top_p=r.top_p,
+                        penalty=r.penalty,
+                        generate_timeout=r.generate_timeout,
+                    ),
+                    concurrency=r.concurrency,
+                    rollout_id=f"rollout-{i}",
+                    seed=cfg.seed + i,
+                )
+        self._progress = Progress(
+            connect(cfg.broker, name=f"{cfg.run}-status"), Topology(cfg.run), tuple(cfg.pools)
+        )
+
+    def _learner_args(self, spec, weights: Path, version: int, tokenizer) -> dict:
+        cfg, ln = self.cfg, self.cfg.learner
+        metrics_path = cfg.run_dir / "metrics.jsonl"
+
+        def backend():
+            return TorchLearner(
+                weights,
+                lr=ln.lr,
+                weight_decay=ln.weight_decay,
+                grad_clip=ln.grad_clip,
+                temperature=cfg.rollout.temperature,
+                clip_low=ln.clip_low,
+                clip_high=ln.clip_high,
+                dual_clip=ln.dual_clip,
+                kl_coef=ln.kl_coef,
+                micro_batch_tokens=ln.micro_batch_tokens,
+                device=ln.device,
+                dtype=ln.dtype,
+                seed=cfg.seed,
+            )
+
+        def on_metrics(values: dict[str, float]) -> None:
+            with self._metrics_lock:
+                self.last_metrics = dict(values)
+            with metrics_path.open("a") as fh:
+                fh.write(json.dumps({"time": time.time(), **values}) + "\n")
+
+        return dict(
+            broker=cfg.broker,
+            topology=spec,
+            backend_factory=backend,
+            checkpoint_dir=cfg.run_dir / "checkpoints",
+            start_version=version,
+            group_size=cfg.rollout.group_size,
+            groups_per_batch=cfg.rollout.groups_per_batch,
+            hard_staleness=cfg.staleness.hard,
+            prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),
+            pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            max_steps=cfg.max_steps,
+            on_metrics=on_metrics,
+            done=self.done,
+            keep_checkpoints=ln.keep_checkpoints,
+        )
+
+    def _spawn(self, name: str, cls, **kwargs) -> None:
+        ref = cls.start(**kwargs)
+        self._refs.append((name, ref))
+
+    # --- watching ----------------------------------------------------------------------
+
+    def _watch(self, progress_every: float) -> bool:
+        """Wait for done; return True when an actor died."""
+        next_progress = time.monotonic() + progress_every
+        while not self.done.wait(timeout=0.5):
+            dead = [name for name, ref in self._refs if not ref.is_alive()]
+            if dead:
+                log.error("actor stopped unexpectedly; shutting down", actors=dead)
+                return True
+            if time.monotonic() >= next_progress:
+                next_progress += progress_every
+                with self._metrics_lock:
+                    metrics = dict(self.last_metrics)
+                self._progress.print_line(metrics)
+        return False
+
+    def stop(self) -> None:
+        """Stop every actor: controller first (no new work), learner last."""
+        order = {"controller": 0, "rollout": 1, "sampler": 2, "learner": 3}
+        for name, ref in sorted(self._refs, key=lambda nr: order[nr[0].split("-")[0]]):
+            if ref.is_alive():
+                ref.stop(block=True, timeout=60)
+            log.debug("stopped", actor=name)
+        self._refs.clear()
+        progress = getattr(self, "_progress", None)
+        if progress is not None:
+            progress.close()
+            self._progress = None
+
+
+def _engine_factory(weights: Path, version: int, max_batch: int, cfg: RunConfig):
+    def build():
+        engine = TorchEngine(weights, max_batch=max_batch, dtype=cfg.learner.dtype, seed=cfg.seed)
+        engine.version = version
+        return engine
+
+    return build
+
+
+def _redacted(cfg: RunConfig) -> dict:
+    data = asdict(cfg)
+    if "@" in data["broker"]:
+        scheme, rest = data["broker"].split("://", 1)
+        data["broker"] = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return data
