@@ -1,1 +1,31 @@
-"""agentrl.trainer."""
+"""agentrl.trainer: GRPO maths, training batches, the torch learner backend, models."""
+
+from ._batch import TrainBatch, build_batch, micro_batches
+from ._grpo import (
+    episode_reward,
+    group_advantages,
+    k3_kl,
+    ppo_clip_loss,
+    task_normalize,
+    token_logprobs,
+    token_mean,
+)
+from ._models import resolve_model
+from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
+
+__all__ = [
+    "LearnerBackend",
+    "TorchLearner",
+    "TrainBatch",
+    "build_batch",
+    "checkpoint_digest",
+    "episode_reward",
+    "group_advantages",
+    "k3_kl",
+    "micro_batches",
+    "ppo_clip_loss",
+    "resolve_model",
+    "task_normalize",
+    "token_logprobs",
+    "token_mean",
+]

@@ -1,0 +1,317 @@
+"""GRPO maths and batch building, against hand-computed values.
+
+Equations are the ones in the docstrings of agentrl.trainer._grpo (DESIGN.md
+"The method"); each expected value is worked out in the comment beside it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentrl.messages import Trajectory
+from agentrl.trainer import (
+    build_batch,
+    episode_reward,
+    group_advantages,
+    k3_kl,
+    micro_batches,
+    ppo_clip_loss,
+    task_normalize,
+    token_logprobs,
+    token_mean,
+)
+
+SQRT3 = math.sqrt(3.0)
+
+
+def traj(
+    group: str,
+    task: str,
+    reward: float,
+    loss_mask: list[int],
+    *,
+    token_ids: list[int] | None = None,
+    logprobs: list[float] | None = None,
+    versions: list[int] | None = None,
+    status: str = "completed",
+) -> Trajectory:
+    """A trajectory with only the fields build_batch reads set to something meaningful."""
+    n = len(loss_mask)
+    return Trajectory(
+        episode_id=f"{group}-{reward}-{n}",
+        group_id=group,
+        task=task,
+        index=0,
+        sample_idx=0,
+        group_size=2,
+        issued_version=0,
+        token_ids=token_ids if token_ids is not None else list(range(1, n + 1)),
+        loss_mask=loss_mask,
+        logprobs=logprobs if logprobs is not None else [-0.5 * m for m in loss_mask],
+        versions=versions if versions is not None else [0 if m else -1 for m in loss_mask],
+        pools=["current"],
+        reward=reward,
+        env_reward=reward,
+        status=status,
+        num_turns=1,
+        timings={},
+        metrics={},
+    )
+
+
+# --- episode_reward ---------------------------------------------------------------
+
+
+def test_episode_reward_keeps_env_reward_only_when_completed() -> None:
+    assert episode_reward(1.0, "completed") == 1.0
+    assert episode_reward(0.37, "completed") == 0.37
+    for status in ("task_limit_reached", "agent_context_limit", "agent_invalid_action"):
+        assert episode_reward(1.0, status) == -0.2  # any other end: the penalty
+    assert episode_reward(1.0, "agent_validation_failed", penalty=-0.5) == -0.5
+
+
+# --- group_advantages ---------------------------------------------------------------
+
+
+def test_group_advantages_hand_values() -> None:
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.7, 0.5, 0.5])
+    groups = torch.tensor([0, 0, 0, 0, 5, 5, 5, 9, 2, 2])
+    adv = group_advantages(rewards, groups)
+    # group 0: mean 0.5, sample std sqrt(4 * 0.25 / 3) = 1/sqrt(3) -> A = ±0.5 * sqrt(3) = ±0.866025
+    expected0 = [0.5 * SQRT3, -0.5 * SQRT3, 0.5 * SQRT3, -0.5 * SQRT3]
+    # group 5: mean 1/3, deviations (2/3, -1/3, -1/3), sum sq 2/3, /2 -> var 1/3, std 1/sqrt(3)
+    #   A = (2/3)*sqrt(3) = 1.154701, (-1/3)*sqrt(3) = -0.577350
+    expected5 = [2 / 3 * SQRT3, -1 / 3 * SQRT3, -1 / 3 * SQRT3]
+    # group 9: a single episode -> 0; group 2: equal rewards -> 0 / (0 + 1e-6) = 0
+    expected = torch.tensor([*expected0, *expected5, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_group_advantages_rejects_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="rewards"):
+        group_advantages(torch.zeros(3), torch.zeros(2, dtype=torch.long))
+
+
+# --- task_normalize ---------------------------------------------------------------
+
+
+def test_task_normalize_hand_values() -> None:
+    adv = torch.tensor([[2.0, 2.0, 9.0], [-1.0, 7.0, 7.0], [5.0, 5.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    task = torch.tensor([0, 0, 1])
+    out = task_normalize(adv, mask, task)
+    # task 0 masked values (2, 2, -1): mean 1, sample std sqrt((1 + 1 + 4) / 2) = sqrt(3)
+    #   -> (1/sqrt3, 1/sqrt3, -2/sqrt3) = (0.577350, 0.577350, -1.154701)
+    # task 1 has one masked token: sigma 0 and A == mu -> 0. Unmasked stay 0 (the 9s and 7s).
+    expected = torch.tensor([[1 / SQRT3, 1 / SQRT3, 0.0], [-2 / SQRT3, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+# --- ppo_clip_loss ------------------------------------------------------------------
+
+
+def _ppo_case() -> tuple[torch.Tensor, ...]:
+    ratio = torch.tensor([[1.5, 0.5, 1.1, 5.0, 0.5, 9.0]])
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0, -2.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    old = torch.full_like(ratio, -2.0)
+    logp = (old + ratio.log()).requires_grad_(True)
+    return logp, old, adv, mask
+
+
+def test_ppo_clip_loss_with_dual_clip_hand_values() -> None:
+    logp, old, adv, mask = _ppo_case()
+    loss, stats = ppo_clip_loss(logp, old, adv, mask)
+    # pg = max(-A r, -A clip(r, 0.8, 1.2)); where A < 0: min(pg, -3A)
+    # 1: A= 1, r=1.5: max(-1.5, -1.2) = -1.2            (clipped branch)
+    # 2: A= 1, r=0.5: max(-0.5, -0.8) = -0.5
+    # 3: A=-1, r=1.1: max( 1.1,  1.1) =  1.1, min(1.1, 3) = 1.1
+    # 4: A=-1, r=5.0: max( 5.0,  1.2) =  5.0, min(5.0, 3) = 3.0   (dual clip)
+    # 5: A=-2, r=0.5: max( 1.0,  1.6) =  1.6, min(1.6, 6) = 1.6   (clipped branch)
+    # 6: masked -> 0
+    expected = torch.tensor([[-1.2, -0.5, 1.1, 3.0, 1.6, 0.0]])
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    assert stats["clip_frac"].item() == pytest.approx(2 / 5)  # tokens 1 and 5
+    assert stats["dual_clip_frac"].item() == pytest.approx(1 / 5)  # token 4
+    assert stats["ratio_mean"].item() == pytest.approx(8.6 / 5, rel=1e-5)  # (1.5+.5+1.1+5+.5)/5
+    # approx_kl = mean(r - 1 - ln r) = (0.094535 + 0.193147 + 0.004690 + 2.390562 + 0.193147) / 5
+    assert stats["approx_kl"].item() == pytest.approx(2.876081 / 5, rel=1e-5)
+
+    # Gradient d pg / d logp = d pg / d r * r: 0 on clipped and dual-clipped tokens,
+    # -A r on unclipped: token 2: -0.5, token 3: 1.1.
+    loss.sum().backward()
+    torch.testing.assert_close(
+        logp.grad, torch.tensor([[0.0, -0.5, 1.1, 0.0, 0.0, 0.0]]), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_ppo_clip_loss_without_dual_clip() -> None:
+    logp, old, adv, mask = _ppo_case()
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, dual_clip=None)
+    assert loss[0, 3].item() == pytest.approx(5.0, rel=1e-5)  # -A r = 5, no bound
+    assert stats["dual_clip_frac"].item() == 0.0
+
+
+def test_ppo_clip_loss_asymmetric_clip() -> None:
+    logp, old, adv, mask = _ppo_case()
+    loss, _ = ppo_clip_loss(logp, old, adv, mask, clip_low=0.1, clip_high=0.4)
+    # token 1: A=1, r=1.5: max(-1.5, -1.4) = -1.4; token 5: A=-2, r=0.5: max(1.0, 1.8) = 1.8
+    assert loss[0, 0].item() == pytest.approx(-1.4, rel=1e-5)
+    assert loss[0, 4].item() == pytest.approx(1.8, rel=1e-5)
+
+
+def test_ppo_clip_loss_rejects_dual_clip_below_one() -> None:
+    logp, old, adv, mask = _ppo_case()
+    with pytest.raises(ValueError, match="dual_clip"):
+        ppo_clip_loss(logp, old, adv, mask, dual_clip=0.9)
+
+
+# --- k3_kl, token_mean, token_logprobs -----------------------------------------------
+
+
+def test_k3_kl_hand_values() -> None:
+    logp = torch.tensor([math.log(0.5), math.log(0.3)])
+    ref = torch.tensor([math.log(0.25), math.log(0.3)])
+    # delta = ln(0.25 / 0.5) = -0.693147: exp(delta) - delta - 1 = 0.5 + 0.693147 - 1 = 0.193147
+    # identical policies -> 0
+    torch.testing.assert_close(k3_kl(logp, ref), torch.tensor([0.193147, 0.0]), atol=1e-5, rtol=0)
+
+
+def test_token_mean_weighs_every_token_equally() -> None:
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert token_mean(x, mask).item() == pytest.approx(3.0)  # (1 + 2 + 6) / 3, not mean of rows
+    assert token_mean(x, torch.zeros_like(mask)).item() == 0.0  # sum 0 / max(0, 1)
+
+
+def test_token_logprobs_hand_values_and_temperature() -> None:
+    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, math.log(3.0)]]])
+    targets = torch.tensor([[1, 0]])
+    # softmax([0, ln 3]) = (0.25, 0.75): ln 0.75 = -0.287682, ln 0.25 = -1.386294
+    torch.testing.assert_close(
+        token_logprobs(logits, targets, 1.0),
+        torch.tensor([[-0.287682, -1.386294]]),
+        atol=1e-5,
+        rtol=0,
+    )
+    # T = 0.5: logits / T = [0, ln 9] -> (0.1, 0.9): ln 0.9 = -0.105361, ln 0.1 = -2.302585
+    torch.testing.assert_close(
+        token_logprobs(logits, targets, 0.5),
+        torch.tensor([[-0.105361, -2.302585]]),
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+def test_token_logprobs_chunks_match_log_softmax() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=gen)
+    targets = torch.randint(0, 11, (3, 5), generator=gen)
+    reference = torch.log_softmax(logits / 0.8, dim=-1).gather(-1, targets[..., None])[..., 0]
+    got = token_logprobs(logits, targets, 0.8, chunk_tokens=4)  # 15 positions: 4 chunks
+    torch.testing.assert_close(got, reference, atol=1e-6, rtol=1e-6)
+
+
+# --- build_batch ---------------------------------------------------------------------
+
+
+def test_build_batch_aligns_everything_to_targets() -> None:
+    t = traj(
+        "g",
+        "os",
+        1.0,
+        [0, 0, 1, 1],
+        token_ids=[10, 11, 12, 13],
+        logprobs=[0.0, 0.0, -0.5, -0.7],
+        versions=[-1, -1, 3, 4],
+    )
+    short = traj("g", "os", 0.0, [0, 1], token_ids=[20, 21], logprobs=[0.0, -0.1])
+    batch = build_batch([t, short], pad_id=0)
+    # Position t predicts token t + 1: token 12 (sampled) is the target of position 1.
+    assert batch.input_ids.tolist() == [[10, 11, 12, 13], [20, 21, 0, 0]]
+    assert batch.targets().tolist() == [[11, 12, 13, 0], [21, 0, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.loss_mask.tolist() == [[0, 1, 1, 0], [1, 0, 0, 0]]
+    torch.testing.assert_close(
+        batch.old_logprobs, torch.tensor([[0.0, -0.5, -0.7, 0.0], [-0.1, 0.0, 0.0, 0.0]])
+    )
+    assert batch.versions.tolist() == [[-1, 3, 4, -1], [0, -1, -1, -1]]
+    assert batch.num_tokens == 3
+    assert batch.tasks == ("os",)
+
+
+def test_build_batch_does_not_repenalise() -> None:
+    # status says "limit", but reward is what the rollout decided (already penalised or not)
+    a = traj("g", "kg", 0.3, [0, 1], status="task_limit_reached")
+    b = traj("g", "kg", 1.0, [0, 1])
+    batch = build_batch([a, b], pad_id=0)
+    torch.testing.assert_close(batch.rewards, torch.tensor([0.3, 1.0]))
+
+
+def test_build_batch_advantages_are_task_normalised_before_the_loss() -> None:
+    trajectories = [
+        # task "alf", group g1: rewards 1 / 0 -> A = ±0.707107 (sample std 0.707107)
+        traj("g1", "alf", 1.0, [0, 1, 1]),  # two masked tokens
+        traj("g1", "alf", 0.0, [0, 1]),  # one masked token
+        # task "db", group g2: rewards -0.2 / 1.0 -> A = ∓0.707107
+        traj("g2", "db", -0.2, [0, 1, 1, 1]),  # three masked tokens
+        traj("g2", "db", 1.0, [0, 1]),  # one masked token
+    ]
+    batch = build_batch(trajectories, pad_id=0)
+    assert batch.tasks == ("alf", "db")
+    assert batch.task_index.tolist() == [0, 0, 1, 1]
+    assert batch.group_index.tolist() == [0, 0, 1, 1]
+    # alf tokens (0.7071, 0.7071, -0.7071): mean 0.2357, sample std 0.8165
+    #   -> (0.57735, 0.57735, -1.154701)
+    # db tokens (-0.7071 x3, 0.7071): mean -0.35355, sample std 0.70711
+    #   -> (-0.5, -0.5, -0.5, 1.5)
+    expected = torch.tensor(
+        [
+            [1 / SQRT3, 1 / SQRT3, 0.0, 0.0],
+            [-2 / SQRT3, 0.0, 0.0, 0.0],
+            [-0.5, -0.5, -0.5, 0.0],
+            [1.5, 0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(batch.advantages, expected, atol=1e-5, rtol=1e-5)
+    # The loss consumes the normalised advantages as they are: at ratio 1 the
+    # per-token loss is exactly -Ã, and the batch token mean of Ã per task is 0.
+    loss, _ = ppo_clip_loss(
+        batch.old_logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask
+    )
+    torch.testing.assert_close(loss, -batch.advantages)
+    for task in range(2):
+        rows = batch.task_index == task
+        assert token_mean(batch.advantages[rows], batch.loss_mask[rows]).item() == pytest.approx(
+            0.0, abs=1e-6
+        )
+
+
+def test_build_batch_rejects_bad_trajectories() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        build_batch([], pad_id=0)
+    with pytest.raises(ValueError, match="first token"):
+        build_batch([traj("g", "os", 1.0, [1, 1])], pad_id=0)
+    bad = traj("g", "os", 1.0, [0, 1], logprobs=[0.0])
+    with pytest.raises(ValueError, match="lengths differ"):
+        build_batch([bad], pad_id=0)
+
+
+def test_micro_batches_bound_tokens_and_keep_every_row() -> None:
+    lengths = [3, 9, 5, 2, 7, 4]
+    batch = build_batch(
+        [traj(f"g{i % 2}", "os", float(i % 2), [0] + [1] * (n - 1)) for i, n in enumerate(lengths)],
+        pad_id=0,
+    )
+    micros = micro_batches(batch, max_tokens=12)
+    # sorted lengths 9, 7, 5, 4, 3, 2; a chunk holds rows * its longest <= 12:
+    #   [9] (2 * 9 > 12), [7] (2 * 7 > 12), [5, 4] (3 * 5 > 12), [3, 2] -> widths 9, 7, 5, 3
+    assert [m.input_ids.shape for m in micros] == [(1, 9), (1, 7), (2, 5), (2, 3)]
+    assert all(m.input_ids.numel() <= 12 for m in micros)
+    assert sum(m.num_tokens for m in micros) == batch.num_tokens  # 2 + 8 + 4 + 1 + 6 + 3 = 24
+    assert sorted(r for m in micros for r in m.rewards.tolist()) == sorted(batch.rewards.tolist())
+    # a single row longer than the budget still gets its own micro-batch
+    assert micro_batches(batch, max_tokens=4)[0].input_ids.shape == (1, 9)

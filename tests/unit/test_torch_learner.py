@@ -1,0 +1,200 @@
+"""TorchLearner on a tiny random Llama (hidden 32, 2 layers, vocab 64), CPU float32."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.messages import Trajectory
+from agentrl.trainer import TorchLearner, TrainBatch, build_batch, checkpoint_digest
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1234)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    (path / "tokenizer_config.json").write_text('{"model_max_length": 64}')
+    return path
+
+
+def make_traj(group: str, task: str, reward: float, tokens: list[int], prompt: int) -> Trajectory:
+    """``prompt`` leading tokens are context; the rest are sampled assistant tokens."""
+    mask = [0] * prompt + [1] * (len(tokens) - prompt)
+    return Trajectory(
+        episode_id=f"{group}-{len(tokens)}-{reward}",
+        group_id=group,
+        task=task,
+        index=0,
+        sample_idx=0,
+        group_size=2,
+        issued_version=0,
+        token_ids=tokens,
+        loss_mask=mask,
+        logprobs=[-3.0 * m for m in mask],
+        versions=[0 if m else -1 for m in mask],
+        pools=["current"],
+        reward=reward,
+        env_reward=reward,
+        status="completed",
+        num_turns=1,
+        timings={},
+        metrics={},
+    )
+
+
+def make_batch() -> TrainBatch:
+    gen = torch.Generator().manual_seed(7)
+
+    def tokens(n: int) -> list[int]:
+        return torch.randint(1, VOCAB, (n,), generator=gen).tolist()
+
+    return build_batch(
+        [
+            make_traj("g1", "os", 1.0, tokens(12), prompt=5),
+            make_traj("g1", "os", 0.0, tokens(7), prompt=3),
+            make_traj("g2", "db", 1.0, tokens(10), prompt=4),
+            make_traj("g2", "db", -0.2, tokens(5), prompt=2),
+        ],
+        pad_id=0,
+    )
+
+
+def on_policy(learner: TorchLearner, batch: TrainBatch) -> TrainBatch:
+    """The batch with old logprobs recomputed by the learner itself (ratio 1)."""
+    return dataclasses.replace(batch, old_logprobs=learner.logprobs(batch))
+
+
+def test_logprobs_are_target_aligned_and_tempered(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, temperature=0.8)
+    batch = make_batch()
+    got = learner.logprobs(batch)
+    with torch.no_grad():
+        logits = learner.model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).logits
+    # logits at t score input_ids[t + 1], divided by T
+    manual = torch.log_softmax(logits[:, :-1] / 0.8, dim=-1)
+    manual = manual.gather(-1, batch.input_ids[:, 1:, None])[..., 0] * batch.loss_mask[:, :-1]
+    torch.testing.assert_close(got[:, :-1], manual, atol=1e-5, rtol=1e-5)
+    assert got[:, -1].abs().sum().item() == 0.0
+    assert (got[batch.loss_mask == 0] == 0).all()
+
+
+def test_step_raises_logprob_of_positive_advantage_tokens(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-2)
+    batch = on_policy(learner, make_batch())
+    batch = dataclasses.replace(batch, advantages=batch.loss_mask.clone())  # A = +1 everywhere
+    before = learner.logprobs(batch)
+    metrics = learner.step(batch)
+    after = learner.logprobs(batch)
+    mask = batch.loss_mask.bool()
+    # at ratio 1 the loss is -mean(A) = -1 exactly
+    assert metrics["learner/pg_loss"] == pytest.approx(-1.0, abs=1e-5)
+    assert after[mask].mean() > before[mask].mean()
+    # the same batch scored again: ratio > 1 on average, so the surrogate loss went down
+    next_metrics = learner.accumulate_gradients(batch)
+    assert next_metrics["learner/pg_loss"] < metrics["learner/pg_loss"]
+    assert metrics["learner/tokens"] == float(batch.num_tokens)  # 7 + 4 + 6 + 3 = 20
+    assert metrics["learner/tokens"] == 20.0
+    assert metrics["learner/grad_norm"] > 0.0
+    assert learner.steps == 1
+
+
+def test_logprob_gap_is_zero_on_policy_and_measured_before_update(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-2)
+    batch = on_policy(learner, make_batch())
+    metrics = learner.step(batch)
+    assert metrics["rollout/logprob_gap"] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["learner/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["learner/clip_frac"] == 0.0
+    assert metrics["learner/entropy"] > 0.0
+    # the rollout logprobs of make_traj are -3.0: the gap is the mean |logp + 3| before the update
+    stale = make_batch()
+    fresh = learner.logprobs(stale)
+    mask = stale.loss_mask.bool()
+    expected_gap = (fresh[mask] + 3.0).abs().mean().item()
+    assert learner.step(stale)["rollout/logprob_gap"] == pytest.approx(expected_gap, rel=1e-4)
+
+
+def test_micro_batches_give_the_gradient_of_one_big_batch(model_dir: Path) -> None:
+    batch = make_batch()
+    whole = TorchLearner(model_dir, micro_batch_tokens=10_000)
+    split = TorchLearner(model_dir, micro_batch_tokens=12)
+    batch = on_policy(whole, batch)
+    batch = dataclasses.replace(batch, old_logprobs=batch.old_logprobs - 0.1)  # ratio != 1
+
+    m_whole = whole.accumulate_gradients(batch)
+    m_split = split.accumulate_gradients(batch)
+    assert m_whole["learner/micro_batches"] == 1.0
+    assert m_split["learner/micro_batches"] == 4.0  # every row alone: 2 * 10 > 12 etc.
+    assert m_split["learner/pg_loss"] == pytest.approx(m_whole["learner/pg_loss"], abs=1e-6)
+    for (name, a), b in zip(whole.model.named_parameters(), split.model.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None, name
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_kl_to_reference_starts_at_zero(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-2, kl_coef=0.5)
+    batch = on_policy(learner, make_batch())
+    first = learner.step(batch)
+    assert first["learner/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference
+    second = learner.step(batch)
+    assert second["learner/kl"] > 0.0  # the policy moved, the reference did not
+    assert second["learner/loss"] == pytest.approx(
+        second["learner/pg_loss"] + 0.5 * second["learner/kl"], rel=1e-5
+    )
+
+
+def test_save_writes_loadable_safetensors_and_a_stable_digest(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    learner = TorchLearner(model_dir, lr=1e-2)
+    digest_a = learner.save(tmp_path / "a")
+    digest_b = learner.save(tmp_path / "b")
+    assert digest_a == digest_b  # same weights, same bytes
+    assert len(digest_a) == 64
+    assert (tmp_path / "a" / "DIGEST").read_text().strip() == digest_a
+    assert checkpoint_digest(tmp_path / "a") == digest_a
+    assert (tmp_path / "a" / "tokenizer_config.json").is_file()
+    assert list((tmp_path / "a").glob("*.safetensors"))
+
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "a", dtype=torch.float32)
+    for (name, p), q in zip(
+        learner.model.state_dict().items(), loaded.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(p, q, atol=0, rtol=0, msg=name)
+
+    learner.step(on_policy(learner, make_batch()))
+    assert learner.save(tmp_path / "c") != digest_a  # weights changed
+
+
+def test_empty_batch_changes_nothing(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-2)
+    batch = make_batch()
+    batch = dataclasses.replace(batch, loss_mask=torch.zeros_like(batch.loss_mask))
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    metrics = learner.step(batch)
+    assert metrics["learner/tokens"] == 0.0
+    assert learner.steps == 0
+    for p, q in zip(before, learner.model.parameters(), strict=True):
+        assert torch.equal(p, q)
