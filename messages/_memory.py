@@ -184,7 +184,7 @@ class MemoryTransport:
 
     def queue_depth(self, queue: str) -> int:
         self._check(blocking=True)
-        return self._broker.depth(queue)
+        return self._broker.depth(queue, self)
 
     def delete_queue(self, name: str) -> None:
         self._check(blocking=True)

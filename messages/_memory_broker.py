@@ -21,7 +21,14 @@ from typing import Any
 
 import structlog
 
-from ._transport import TransportError, Unroutable
+from ._support import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    BrokerRefused,
+)
+from ._transport import Unroutable
 
 log = structlog.get_logger(__name__)
 
@@ -147,24 +154,25 @@ class Broker:
 
     def declare_exchange(self, name: str, kind: str) -> None:
         if not name or name.startswith("amq."):
-            raise TransportError(f"ACCESS_REFUSED: exchange name {name!r} is reserved")
+            raise BrokerRefused(f"exchange name {name!r} is reserved", ACCESS_REFUSED)
         with self._lock:
             existing = self._exchanges.setdefault(name, ExchangeState(kind))
         if existing.kind != kind:
-            raise TransportError(
-                f"PRECONDITION_FAILED: exchange {name!r} is {existing.kind}, not {kind}"
+            raise BrokerRefused(
+                f"exchange {name!r} is {existing.kind}, not {kind}", PRECONDITION_FAILED
             )
 
     def declare_queue(self, name: str, arguments: dict[str, Any], owner: object | None) -> None:
         with self._lock:
             queue = self._queues.setdefault(name, QueueState(name, dict(arguments), owner))
         if queue.owner is not None and queue.owner is not owner:
-            raise TransportError(f"RESOURCE_LOCKED: queue {name!r} is exclusive to another owner")
+            raise BrokerRefused(f"queue {name!r} is exclusive to another owner", RESOURCE_LOCKED)
         if (queue.owner is None) != (owner is None) or queue.arguments != arguments:
-            raise TransportError(
-                f"PRECONDITION_FAILED: queue {name!r} declared with {queue.arguments} "
+            raise BrokerRefused(
+                f"queue {name!r} declared with {queue.arguments} "
                 f"(exclusive={queue.owner is not None}), "
-                f"not {arguments} (exclusive={owner is not None})"
+                f"not {arguments} (exclusive={owner is not None})",
+                PRECONDITION_FAILED,
             )
 
     def bind(self, queue: str, exchange: str, routing_key: str) -> None:
@@ -191,9 +199,12 @@ class Broker:
             if self._exchanges.pop(name, None) is not None:
                 self._settle_down(self._retry_waiting())
 
-    def depth(self, queue: str) -> int:
+    def depth(self, name: str, owner: object) -> int:
         with self._lock:
-            return len(self._queue(queue).ready)
+            queue = self._queue(name)
+            if queue.owner is not None and queue.owner is not owner:
+                raise BrokerRefused(f"queue {name!r} is exclusive", RESOURCE_LOCKED)
+            return len(queue.ready)
 
     # -- publishing ---------------------------------------------------------
 
@@ -253,7 +264,7 @@ class Broker:
         with self._lock:
             queue = self._queue(record.queue)
             if queue.owner is not None and queue.owner is not record.owner:
-                raise TransportError(f"RESOURCE_LOCKED: queue {queue.name!r} is exclusive")
+                raise BrokerRefused(f"queue {queue.name!r} is exclusive", RESOURCE_LOCKED)
             queue.consumers.append(record)
             self._consumers[record.tag] = record
             self._settle_down({queue.name})
@@ -374,11 +385,11 @@ class Broker:
     def _queue(self, name: str) -> QueueState:
         queue = self._queues.get(name)
         if queue is None:
-            raise TransportError(f"NOT_FOUND: no queue {name!r} in memory broker {self.name!r}")
+            raise BrokerRefused(f"no queue {name!r} in memory broker {self.name!r}", NOT_FOUND)
         return queue
 
     def _exchange(self, name: str) -> ExchangeState:
         state = self._exchanges.get(name)
         if state is None:
-            raise TransportError(f"NOT_FOUND: no exchange {name!r} in memory broker {self.name!r}")
+            raise BrokerRefused(f"no exchange {name!r} in memory broker {self.name!r}", NOT_FOUND)
         return state

@@ -11,11 +11,23 @@ from typing import Any
 
 import structlog
 
-from ._transport import Delivery, dead_letter_exchange_for
+from ._transport import Delivery, TransportError, dead_letter_exchange_for
 
 log = structlog.get_logger(__name__)
 
 EXCHANGE_KINDS = frozenset({"direct", "fanout", "topic"})
+
+NOT_FOUND, RESOURCE_LOCKED, PRECONDITION_FAILED, ACCESS_REFUSED = 404, 405, 406, 403
+"""AMQP reply codes (the memory broker uses the same ones)."""
+
+
+class BrokerRefused(TransportError):
+    """Raised when the broker refused an operation with an AMQP reply code
+    (404 not found, 405 exclusive elsewhere, 406 declared differently, 403 reserved)."""
+
+    def __init__(self, message: str, reply_code: int) -> None:
+        super().__init__(f"{reply_code} {message}")
+        self.reply_code = reply_code
 
 
 def queue_arguments(name: str, *, max_length: int | None, dead_letter: bool) -> dict[str, Any]:

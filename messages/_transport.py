@@ -180,7 +180,11 @@ class Delivery:
         if not self._claim():
             return
         headers = {**self.headers, REASON_HEADER: reason, QUEUE_HEADER: self.queue}
-        future = self._settler.publish(exchange, self.routing_key, self.body, headers=headers)
+        try:
+            future = self._settler.publish(exchange, self.routing_key, self.body, headers=headers)
+        except TransportClosed:
+            log.info("transport closed: dead_letter is a no-op, the broker redelivers it")
+            return
         future.add_done_callback(self._after_dead_letter)
 
     def _after_dead_letter(self, future: Future[None]) -> None:
