@@ -8,7 +8,7 @@ import pytest
 
 from agentrl.messages._memory import MemoryTransport, reset_memory_broker
 from agentrl.messages._memory_broker import topic_matches
-from agentrl.messages._support import Backoff, redact_url
+from agentrl.messages._support import Backoff, BrokerRefused, redact_url
 from agentrl.messages._transport import (
     Topology,
     TransportClosed,
@@ -62,7 +62,7 @@ def test_same_url_shares_a_broker_and_reset_closes_it() -> None:
     with pytest.raises(TransportClosed):
         second.publish("", "r.q", b"x")
     fresh = connect(url, name="c")
-    with pytest.raises(Exception, match="NOT_FOUND"):
+    with pytest.raises(BrokerRefused, match="404"):
         fresh.queue_depth("r.q")
     fresh.close()
 

@@ -400,7 +400,9 @@ def test_queue_depth_and_missing_queue(bus: Bus) -> None:
 def test_exclusive_generated_queue_is_deleted_on_close(bus: Bus) -> None:
     owner = bus.factory("owner")
     name = owner.declare_queue("", exclusive=True)
-    assert name and bus.admin.queue_depth(name) == 0
+    assert name and owner.queue_depth(name) == 0
+    with pytest.raises(TransportError):
+        bus.admin.queue_depth(name)  # RESOURCE_LOCKED: exclusive to `owner`
     owner.close()
     with pytest.raises(TransportError):
         bus.admin.queue_depth(name)
