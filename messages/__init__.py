@@ -23,13 +23,27 @@ from ._records import (
     ToolCall,
     Trajectory,
 )
+from ._transport import (
+    BrokerUnavailable,
+    Consumer,
+    Delivery,
+    Topology,
+    Transport,
+    TransportClosed,
+    TransportError,
+    Unroutable,
+    connect,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BrokerUnavailable",
     "ChatMessage",
     "CheckpointQuery",
     "CheckpointReady",
+    "Consumer",
     "ControlCommand",
+    "Delivery",
     "EnvCancel",
     "EnvInteract",
     "EnvReply",
@@ -44,7 +58,13 @@ __all__ = [
     "MetricsReport",
     "Payload",
     "ToolCall",
+    "Topology",
     "Trajectory",
+    "Transport",
+    "TransportClosed",
+    "TransportError",
+    "Unroutable",
+    "connect",
     "decode",
     "encode",
 ]
