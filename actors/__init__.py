@@ -1,1 +1,27 @@
-"""agentrl.actors."""
+"""agentrl.actors: controller, rollout, sampler and learner actors, and the CPU sampler engine."""
+
+from ._controller import ControllerActor, TaskEntry
+from ._engine import Generation, SamplerEngine, TorchEngine
+from ._learner import LearnerActor
+from ._metrics import batch_metrics, is_success
+from ._rollout import EpisodeLimits, RolloutActor
+from ._sampler import SamplerActor
+from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter
+
+__all__ = [
+    "ControllerActor",
+    "EpisodeLimits",
+    "Generation",
+    "LearnerActor",
+    "RolloutActor",
+    "SamplerActor",
+    "SamplerEngine",
+    "TaskEntry",
+    "TopologySpec",
+    "TorchEngine",
+    "batch_metrics",
+    "broadcast",
+    "declare",
+    "decode_or_dead_letter",
+    "is_success",
+]

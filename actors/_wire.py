@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from agentrl.messages import Delivery, MessageError, Topology, Transport, decode
+from agentrl.messages import Delivery, MessageError, Topology, Transport, Unroutable, decode
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["TopologySpec", "declare", "decode_or_dead_letter", "wait_all"]
+__all__ = ["TopologySpec", "broadcast", "declare", "decode_or_dead_letter", "wait_all"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,18 @@ def decode_or_dead_letter(delivery: Delivery, expect: type):
         log.warning("malformed message dead-lettered", queue=delivery.queue, reason=str(exc))
         delivery.dead_letter(str(exc))
         return None
+
+
+def broadcast(transport: Transport, exchange: str, routing_key: str, body: bytes) -> bool:
+    """Publish to a fanout/topic exchange and wait for the confirm.
+
+    Unlike a work-queue publish, a broadcast nobody listens to is not an error
+    (e.g. metrics before any controller started): it is logged and False is
+    returned.
+    """
+    try:
+        transport.publish(exchange, routing_key, body).result()
+    except Unroutable:
+        log.debug("broadcast had no listeners", exchange=exchange, routing_key=routing_key)
+        return False
+    return True

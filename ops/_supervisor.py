@@ -6,10 +6,12 @@ never see the config object.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,13 +25,14 @@ from agentrl.actors import (
     LearnerActor,
     RolloutActor,
     SamplerActor,
+    SamplerEngine,
     TaskEntry,
     TopologySpec,
     TorchEngine,
 )
 from agentrl.environments import ChatFormat, make_task
 from agentrl.messages import CheckpointReady, Topology, connect
-from agentrl.trainer import TorchLearner, checkpoint_digest, load_tokenizer, resolve_model
+from agentrl.trainer import LearnerBackend, TorchLearner, checkpoint_digest, load_tokenizer, resolve_model
 
 from ._config import RunConfig
 from ._progress import Progress
@@ -54,12 +57,23 @@ def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
 class Supervisor:
     """Runs the roles of one node in this process until done, interrupted or broken."""
 
-    def __init__(self, cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        roles: tuple[str, ...] = ROLES,
+        *,
+        make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
+        make_backend: Callable[[Path], LearnerBackend] | None = None,
+    ) -> None:
+        """`make_engine(weights, version, max_batch)` and `make_backend(weights)` replace the
+        torch engine and learner (the scheduling benchmark plugs simulated ones in)."""
         unknown = set(roles) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown roles {sorted(unknown)}; known: {', '.join(ROLES)}")
         self.cfg = cfg
         self.roles = roles
+        self._make_engine = make_engine or self._torch_engine
+        self._make_backend = make_backend or self._torch_backend
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
         self._metrics_lock = threading.Lock()
@@ -115,7 +129,9 @@ class Supervisor:
                         topology=spec,
                         pool=pool,
                         every=pc.every,
-                        engine_factory=_engine_factory(pool_weights, version, pc.max_batch, cfg),
+                        engine_factory=functools.partial(
+                            self._make_engine, pool_weights, version, pc.max_batch
+                        ),
                         sampler_id=f"sampler-{pool}-{i}",
                         prefetch=2 * pc.max_batch,
                     )
@@ -167,23 +183,6 @@ class Supervisor:
         cfg, ln = self.cfg, self.cfg.learner
         metrics_path = cfg.run_dir / "metrics.jsonl"
 
-        def backend():
-            return TorchLearner(
-                weights,
-                lr=ln.lr,
-                weight_decay=ln.weight_decay,
-                grad_clip=ln.grad_clip,
-                temperature=cfg.rollout.temperature,
-                clip_low=ln.clip_low,
-                clip_high=ln.clip_high,
-                dual_clip=ln.dual_clip,
-                kl_coef=ln.kl_coef,
-                micro_batch_tokens=ln.micro_batch_tokens,
-                device=ln.device,
-                dtype=ln.dtype,
-                seed=cfg.seed,
-            )
-
         def on_metrics(values: dict[str, float]) -> None:
             with self._metrics_lock:
                 self.last_metrics = dict(values)
@@ -193,7 +192,7 @@ class Supervisor:
         return dict(
             broker=cfg.broker,
             topology=spec,
-            backend_factory=backend,
+            backend_factory=functools.partial(self._make_backend, weights),
             checkpoint_dir=cfg.run_dir / "checkpoints",
             start_version=version,
             group_size=cfg.rollout.group_size,
@@ -206,6 +205,30 @@ class Supervisor:
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
         )
+
+    def _torch_backend(self, weights: Path) -> LearnerBackend:
+        cfg, ln = self.cfg, self.cfg.learner
+        return TorchLearner(
+            weights,
+            lr=ln.lr,
+            weight_decay=ln.weight_decay,
+            grad_clip=ln.grad_clip,
+            temperature=cfg.rollout.temperature,
+            clip_low=ln.clip_low,
+            clip_high=ln.clip_high,
+            dual_clip=ln.dual_clip,
+            kl_coef=ln.kl_coef,
+            micro_batch_tokens=ln.micro_batch_tokens,
+            device=ln.device,
+            dtype=ln.dtype,
+            seed=cfg.seed,
+        )
+
+    def _torch_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
+        cfg = self.cfg
+        engine = TorchEngine(weights, max_batch=max_batch, dtype=cfg.learner.dtype, seed=cfg.seed)
+        engine.version = version
+        return engine
 
     def _spawn(self, name: str, cls, **kwargs) -> None:
         ref = cls.start(**kwargs)
@@ -240,15 +263,6 @@ class Supervisor:
         if progress is not None:
             progress.close()
             self._progress = None
-
-
-def _engine_factory(weights: Path, version: int, max_batch: int, cfg: RunConfig):
-    def build():
-        engine = TorchEngine(weights, max_batch=max_batch, dtype=cfg.learner.dtype, seed=cfg.seed)
-        engine.version = version
-        return engine
-
-    return build
 
 
 def _redacted(cfg: RunConfig) -> dict:

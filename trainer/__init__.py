@@ -10,7 +10,7 @@ from ._grpo import (
     token_logprobs,
     token_mean,
 )
-from ._models import resolve_model
+from ._models import load_tokenizer, resolve_model
 from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "episode_reward",
     "group_advantages",
     "k3_kl",
+    "load_tokenizer",
     "micro_batches",
     "ppo_clip_loss",
     "resolve_model",

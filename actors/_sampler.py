@@ -1,0 +1,186 @@
+"""A sampler: serves generate requests of one pool from an engine and follows checkpoints.
+
+Requests arrive on `generate.<pool>`; each is handed to the engine, which batches
+whatever is in flight; the reply (token ids, logprobs, the version that produced
+them) goes back through reply-to, and only then is the request acked, so a
+sampler that dies mid-request leaves it to be redelivered to another one.
+
+Checkpoints arrive on the fanout exchange. A pool with `every = k` takes version
+v only when v is a multiple of k (the `stale` pools of cross-policy sampling).
+Weights are verified against the announced digest and loaded on this actor's
+thread; the engine swaps them between batches, so requests in flight finish on
+the old weights and report the old version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pykka
+import structlog
+
+from agentrl.messages import (
+    CheckpointQuery,
+    CheckpointReady,
+    Delivery,
+    GenerateRequest,
+    GenerateResult,
+    Topology,
+    TransportError,
+    connect,
+    decode,
+    encode,
+)
+from agentrl.trainer import checkpoint_digest
+
+from ._engine import SamplerEngine
+from ._wire import TopologySpec, declare, decode_or_dead_letter
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["SamplerActor"]
+
+
+class SamplerActor(pykka.ThreadingActor):
+    """One engine of a sampler pool."""
+
+    def __init__(
+        self,
+        *,
+        broker: str,
+        topology: TopologySpec,
+        pool: str,
+        every: int,
+        engine_factory: Callable[[], SamplerEngine],
+        sampler_id: str,
+        prefetch: int = 32,
+        query_timeout: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self._broker = broker
+        self._spec = topology
+        self._names = Topology(topology.run)
+        self._pool = pool
+        self._every = every
+        self._engine_factory = engine_factory
+        self._id = sampler_id
+        self._prefetch = prefetch
+        self._query_timeout = query_timeout
+        self._engine: SamplerEngine | None = None
+        self._transport = None
+        self._served = 0
+        self._loads = 0
+
+    def on_start(self) -> None:
+        self._engine = self._engine_factory()
+        self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
+        declare(self._transport, self._spec)
+        ref = self.actor_ref
+        ckpt_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
+        self._transport.bind(ckpt_q, self._names.checkpoints)
+        self._transport.consume(ckpt_q, lambda d: ref.tell(("checkpoint", d)), prefetch=4)
+        self._catch_up()
+        self._transport.consume(
+            self._names.generate_queue(self._pool), self._on_request, prefetch=self._prefetch
+        )
+        log.info("sampler started", sampler=self._id, pool=self._pool, version=self.version())
+
+    def on_stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        if self._engine is not None:
+            self._engine.close()
+
+    def on_failure(self, *exc_info) -> None:
+        self.on_stop()
+
+    def version(self) -> int:
+        return self._engine.version
+
+    def stats(self) -> dict[str, int]:
+        return {"version": self._engine.version, "served": self._served, "loads": self._loads}
+
+    def on_receive(self, message):
+        kind, delivery = message
+        if kind != "checkpoint":
+            raise ValueError(f"sampler: unknown message {kind!r}")
+        msg = decode_or_dead_letter(delivery, CheckpointReady)
+        if msg is not None:
+            self._maybe_load(msg.payload)
+            delivery.ack()
+
+    # --- checkpoints -----------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """A sampler that starts late asks the controller for the latest version."""
+        query = encode(CheckpointQuery(requester=self._id), run=self._spec.run)
+        try:
+            reply = self._transport.call(
+                "", self._names.control_rpc, query, timeout=self._query_timeout
+            ).result(timeout=self._query_timeout + 1)
+        except (TransportError, TimeoutError) as exc:
+            log.warning("no controller answered; serving initial weights", error=str(exc))
+            return
+        latest = decode(reply.body, expect=CheckpointReady).payload
+        target = latest.version - latest.version % self._every
+        if target > self._engine.version and target == latest.version:
+            self._maybe_load(latest)
+
+    def _maybe_load(self, ckpt: CheckpointReady) -> None:
+        if ckpt.version <= self._engine.version or ckpt.version % self._every:
+            return
+        digest = checkpoint_digest(ckpt.uri)
+        if ckpt.digest and digest != ckpt.digest:
+            raise RuntimeError(
+                f"checkpoint v{ckpt.version} at {ckpt.uri}: digest {digest} "
+                f"does not match the announced {ckpt.digest}"
+            )
+        self._engine.load(ckpt.uri, ckpt.version)
+        self._loads += 1
+        log.info("checkpoint loaded", sampler=self._id, pool=self._pool, version=ckpt.version)
+
+    # --- requests (I/O thread) ---------------------------------------------------------
+
+    def _on_request(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, GenerateRequest)
+        if msg is None:
+            return
+        req = msg.payload
+        future = self._engine.submit(
+            req.prompt_ids,
+            max_new_tokens=req.max_new_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop_ids=req.stop_ids,
+            seed=req.seed,
+        )
+        future.add_done_callback(lambda f: self._reply(delivery, req, f))
+
+    def _reply(self, delivery: Delivery, req: GenerateRequest, future) -> None:
+        exc = future.exception()
+        if exc is not None:
+            # Hand the request back: another sampler (or this one, later) serves it.
+            log.error("generation failed; request requeued", error=repr(exc))
+            delivery.nack(requeue=True)
+            return
+        gen = future.result()
+        result = GenerateResult(
+            request_id=req.request_id,
+            token_ids=gen.token_ids,
+            logprobs=gen.logprobs,
+            version=gen.version,
+            pool=self._pool,
+            finish_reason=gen.finish_reason,
+        )
+        sent = self._transport.reply(delivery, encode(result, run=self._spec.run))
+        sent.add_done_callback(lambda f: _settle(delivery, f))
+        self._served += 1
+
+
+def _settle(delivery: Delivery, sent) -> None:
+    """Ack a request once its reply is confirmed; requeue it if the reply was lost."""
+    if sent.exception() is None:
+        delivery.ack()
+    else:
+        log.warning("reply not confirmed; request requeued", error=repr(sent.exception()))
+        delivery.nack(requeue=True)

@@ -1,0 +1,402 @@
+"""The four actors on the in-process broker, with a scripted engine and a fake learner backend."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+
+import pykka
+import pytest
+
+from agentrl.actors import (
+    ControllerActor,
+    EpisodeLimits,
+    LearnerActor,
+    RolloutActor,
+    SamplerActor,
+    TaskEntry,
+    TopologySpec,
+)
+from agentrl.actors._fakes import FakeBackend, ScriptedEngine
+from agentrl.environments import ChatFormat, make_task
+from agentrl.messages import (
+    CheckpointQuery,
+    CheckpointReady,
+    EpisodeRequest,
+    MetricsReport,
+    Topology,
+    Trajectory,
+    connect,
+    decode,
+    encode,
+)
+from agentrl.messages._memory import reset_memory_broker
+from agentrl.messages._transport import REASON_HEADER
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    """Wait on a condition that another thread makes true (polls an Event, no fixed sleeps)."""
+    event = threading.Event()
+    deadline = timeout
+    step = 0.01
+    while deadline > 0:
+        value = predicate()
+        if value:
+            return value
+        event.wait(step)
+        deadline -= step
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(autouse=True)
+def _stop_actors():
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+@pytest.fixture
+def broker():
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    yield f"memory://{name}"
+    reset_memory_broker(name)
+
+
+@pytest.fixture
+def spec():
+    return TopologySpec(run=f"r{uuid.uuid4().hex[:6]}", pools=("current",), trajectory_capacity=64)
+
+
+@pytest.fixture
+def client(broker, spec):
+    transport = connect(broker, name="test-client")
+    Topology(spec.run).declare(transport, list(spec.pools), spec.trajectory_capacity)
+    yield transport
+    transport.close()
+
+
+def initial(version: int = 0) -> CheckpointReady:
+    return CheckpointReady(version=version, uri="/nonexistent", digest="", created_at=0.0)
+
+
+def start_controller(broker, spec, *, eta: int, group: int = 2, batch: int = 4):
+    return ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"a": TaskEntry(weight=1.0, num_instances=5), "b": TaskEntry(3.0, 7)},
+        group_size=group,
+        episodes_per_batch=batch,
+        max_staleness=eta,
+        initial=initial(),
+    )
+
+
+# --- controller -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eta", [0, 2])
+def test_controller_admits_up_to_the_staleness_window(broker, spec, client, eta):
+    names = Topology(spec.run)
+    ctl = start_controller(broker, spec, eta=eta)
+    # issued <= (v + eta + 1) * B with v = 0, B = 4
+    wait_for(lambda: client.queue_depth(names.episodes) == (eta + 1) * 4, what="first window")
+    assert ctl.proxy().stats().get()["issued"] == (eta + 1) * 4
+    ckpt = CheckpointReady(version=1, uri="/x", digest="d", created_at=0.0)
+    client.publish(names.checkpoints, "", encode(ckpt, run=spec.run)).result(5)
+    # v = 1 opens one more batch
+    wait_for(lambda: client.queue_depth(names.episodes) == (eta + 2) * 4, what="second window")
+    # dropped episodes reported by the learner are replaced
+    report = MetricsReport("learner", 1, {"learner/dropped_episodes_total": 2.0})
+    client.publish(names.control, "metrics.learner", encode(report, run=spec.run)).result(5)
+    wait_for(lambda: client.queue_depth(names.episodes) == (eta + 2) * 4 + 2, what="replacements")
+
+
+def test_controller_groups_and_task_mix(broker, spec, client):
+    names = Topology(spec.run)
+    start_controller(broker, spec, eta=1, group=2, batch=4)
+    received: list[EpisodeRequest] = []
+    done = threading.Event()
+
+    def on_message(d):
+        received.append(decode(d.body, expect=EpisodeRequest).payload)
+        d.ack()
+        if len(received) == 8:
+            done.set()
+
+    client.consume(names.episodes, on_message, prefetch=100)
+    assert done.wait(10)
+    groups: dict[str, list[EpisodeRequest]] = {}
+    for r in received:
+        groups.setdefault(r.group_id, []).append(r)
+    assert len(groups) == 4
+    for members in groups.values():
+        assert sorted(m.sample_idx for m in members) == [0, 1]  # G = 2 samples of one instance
+        assert len({(m.task, m.index) for m in members}) == 1
+        assert all(m.issued_version == 0 and m.group_size == 2 for m in members)
+
+
+def test_controller_answers_checkpoint_queries_and_dead_letters_garbage(broker, spec, client):
+    names = Topology(spec.run)
+    start_controller(broker, spec, eta=0)
+    reply = client.call("", names.control_rpc, encode(CheckpointQuery("t"), run=spec.run), timeout=5)
+    assert decode(reply.result(6).body, expect=CheckpointReady).payload.version == 0
+    client.publish("", names.control_rpc, b"\x93not a message").result(5)
+    dead = []
+    got = threading.Event()
+    client.consume(names.dead, lambda d: (dead.append(d), d.ack(), got.set()), prefetch=10)
+    assert got.wait(10)
+    assert dead[0].body == b"\x93not a message"
+    assert dead[0].headers[REASON_HEADER]  # says why
+
+
+# --- rollout + sampler --------------------------------------------------------------------
+
+
+def calculator_script(tokenizer, eot: int, mode: str):
+    """A 'model' that solves the calculator task (or fails it in a chosen way)."""
+    from agentrl.environments._calculator import evaluate
+
+    def respond(prompt_ids: list[int], version: int) -> list[int]:
+        text = tokenizer.decode(prompt_ids)
+        if mode == "malformed":
+            reply = '<tool_call>{"name": "calculate", "arguments": {</tool_call>'
+        elif "<|im_start|>tool" not in text:
+            expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
+            reply = f'<tool_call>{{"name": "calculate", "arguments": {{"expression": "{expr}"}}}}</tool_call>'
+        else:
+            expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
+            value = float(evaluate(expr)) + (1 if mode == "wrong" else 0)
+            reply = f'<tool_call>{{"name": "answer", "arguments": {{"value": {value}}}}}</tool_call>'
+        return tokenizer.encode(reply, add_special_tokens=False) + [eot]
+
+    return respond
+
+
+def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3):
+    fmt = ChatFormat(tokenizer)
+    engine = ScriptedEngine(calculator_script(tokenizer, fmt.end_of_turn_ids[-1], mode), version=version)
+    SamplerActor.start(
+        broker=broker,
+        topology=spec,
+        pool="current",
+        every=1,
+        engine_factory=lambda: engine,
+        sampler_id="s0",
+        query_timeout=0.2,
+    )
+    RolloutActor.start(
+        broker=broker,
+        topology=spec,
+        environments={"calculator": make_task("calculator")},
+        chat_format=fmt,
+        pool_weights={"current": 1.0},
+        limits=EpisodeLimits(max_turns=4, max_tokens=2048, max_new_tokens=64),
+        concurrency=4,
+        rollout_id="r0",
+    )
+    return fmt, engine
+
+
+def collect_trajectories(client, names, n):
+    out: list[Trajectory] = []
+    done = threading.Event()
+
+    def on_message(d):
+        out.append(decode(d.body, expect=Trajectory).payload)
+        d.ack()
+        if len(out) == n:
+            done.set()
+
+    client.consume(names.trajectories, on_message, prefetch=100)
+    assert done.wait(30), f"got {len(out)} of {n} trajectories"
+    return out
+
+
+def publish_episodes(client, spec, n, task="calculator"):
+    names = Topology(spec.run)
+    for i in range(n):
+        req = EpisodeRequest(f"e{i}", task, i, "g0", i, n, 2)
+        client.publish("", names.episodes, encode(req, run=spec.run)).result(5)
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "reward", "turns"),
+    [
+        ("oracle", "completed", 1.0, 2),  # calculate, then answer
+        ("wrong", "completed", 0.0, 2),
+        ("malformed", "agent_validation_failed", -0.2, 1),  # DESIGN: penalty -0.2
+    ],
+)
+def test_rollout_runs_episodes_end_to_end(
+    broker, spec, client, smollm_tokenizer, mode, status, reward, turns
+):
+    fmt, _ = start_rollout_pair(broker, spec, smollm_tokenizer, mode)
+    publish_episodes(client, spec, 3)
+    trajs = collect_trajectories(client, Topology(spec.run), 3)
+    for t in trajs:
+        assert (t.status, t.reward, t.num_turns) == (status, reward, turns)
+        assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs) == len(t.versions)
+        assert t.pools == ["current"] * turns
+        sampled = [tok for tok, m in zip(t.token_ids, t.loss_mask, strict=True) if m]
+        # every trained token is a sampled one, with its logprob and version
+        assert sampled.count(fmt.end_of_turn_ids[-1]) == turns
+        assert all(v == 3 for v, m in zip(t.versions, t.loss_mask, strict=True) if m)
+        assert all(lp == -1.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
+        assert t.loss_mask[0] == 0  # the prompt is not trained on
+
+
+def test_rollout_dead_letters_a_malformed_episode_request(broker, spec, client, smollm_tokenizer):
+    names = Topology(spec.run)
+    start_rollout_pair(broker, spec, smollm_tokenizer, "oracle")
+    client.publish("", names.episodes, b"garbage").result(5)
+    req = EpisodeRequest("e1", "no-such-task", 0, "g", 0, 2, 0)
+    client.publish("", names.episodes, encode(req, run=spec.run)).result(5)
+    dead = []
+    got = threading.Event()
+    client.consume(
+        names.dead, lambda d: (dead.append(d), d.ack(), len(dead) == 2 and got.set()), prefetch=10
+    )
+    assert got.wait(10)
+    reasons = sorted(d.headers[REASON_HEADER] for d in dead)
+    assert any("no environment for task 'no-such-task'" in r for r in reasons), reasons
+
+
+def test_sampler_loads_announced_checkpoints_and_answers_late_queries(
+    broker, spec, client, tmp_path
+):
+    names = Topology(spec.run)
+    backend = FakeBackend()
+    engines = {}
+    for pool, every in (("current", 1), ("stale", 2)):
+        engines[pool] = ScriptedEngine(lambda p, v: [7], version=0)
+        SamplerActor.start(
+            broker=broker,
+            topology=TopologySpec(spec.run, ("current", "stale"), 64),
+            pool=pool,
+            every=every,
+            engine_factory=lambda e=engines[pool]: e,
+            sampler_id=f"s-{pool}",
+            query_timeout=0.2,
+        )
+    for v in (1, 2, 3):
+        path = tmp_path / f"v{v}"
+        digest = backend.save(path)
+        ready = CheckpointReady(version=v, uri=str(path), digest=digest, created_at=0.0)
+        client.publish(names.checkpoints, "", encode(ready, run=spec.run)).result(5)
+    wait_for(lambda: engines["current"].version == 3, what="current pool at v3")
+    wait_for(lambda: engines["stale"].version == 2, what="stale pool at v2")
+    assert [v for _, v in engines["current"].loads] == [1, 2, 3]
+    assert [v for _, v in engines["stale"].loads] == [2]  # every 2nd version only
+
+
+# --- learner -------------------------------------------------------------------------------
+
+
+def trajectory(group: str, i: int, *, reward: float, issued: int = 0, task="calculator", infra=False):
+    n = 6
+    return Trajectory(
+        episode_id=f"{group}-{i}",
+        group_id=group,
+        task=task,
+        index=0,
+        sample_idx=i,
+        group_size=2,
+        issued_version=issued,
+        token_ids=[1, 2, 3, 4, 5, 6][:n] if not infra else [],
+        loss_mask=[0, 0, 1, 1, 1, 0][:n] if not infra else [],
+        logprobs=[0.0, 0.0, -1.0, -1.0, -1.0, 0.0][:n] if not infra else [],
+        versions=[-1, -1, issued, issued, issued, -1][:n] if not infra else [],
+        pools=["current"],
+        reward=reward,
+        env_reward=max(reward, 0.0),
+        status="completed",
+        num_turns=1,
+        timings={"episode": 1.0},
+        metrics={"infra_failure": 1.0} if infra else {},
+    )
+
+
+def start_learner(broker, spec, tmp_path, backend, *, groups_per_batch=1, hard=8, max_steps=None):
+    done = threading.Event()
+    metrics: list[dict] = []
+    ref = LearnerActor.start(
+        broker=broker,
+        topology=spec,
+        backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt",
+        start_version=0,
+        group_size=2,
+        groups_per_batch=groups_per_batch,
+        hard_staleness=hard,
+        prefetch=64,
+        pad_id=0,
+        max_steps=max_steps,
+        on_metrics=metrics.append,
+        done=done,
+    )
+    return ref, done, metrics
+
+
+def publish_trajs(client, spec, trajs):
+    names = Topology(spec.run)
+    for t in trajs:
+        client.publish("", names.trajectories, encode(t, run=spec.run)).result(5)
+
+
+def test_learner_trains_whole_groups_checkpoints_and_announces(broker, spec, client, tmp_path):
+    names = Topology(spec.run)
+    announced = []
+    q = client.declare_queue("", exclusive=True, dead_letter=False)
+    client.bind(q, names.checkpoints)
+    client.consume(q, lambda d: (announced.append(decode(d.body).payload), d.ack()), prefetch=10)
+    backend = FakeBackend()
+    ref, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=2)
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=1.0)])  # incomplete group: no step
+    publish_trajs(client, spec, [trajectory("g2", 0, reward=0.0), trajectory("g2", 1, reward=1.0)])
+    wait_for(lambda: backend.steps == 1, what="first update")
+    publish_trajs(client, spec, [trajectory("g1", 1, reward=0.0)])
+    assert done.wait(20)
+    assert [a.version for a in wait_for(lambda: len(announced) == 2 and announced)] == [1, 2]
+    assert (tmp_path / "ckpt" / "v000002" / "DIGEST").exists()
+    assert [m["version"] for m in metrics] == [1.0, 2.0]
+    assert metrics[0]["env/calculator/reward"] == 0.5  # mean of 0.0 and 1.0
+    wait_for(lambda: client.queue_depth(names.trajectories) == 0, what="queue drained")
+
+
+def test_learner_acks_only_after_the_checkpoint(broker, spec, client, tmp_path):
+    """A learner that dies mid-update leaves the batch's trajectories to be redelivered."""
+    names = Topology(spec.run)
+
+    class Exploding(FakeBackend):
+        def step(self, batch):
+            raise RuntimeError("boom")
+
+    ref, _, _ = start_learner(broker, spec, tmp_path, Exploding())
+    publish_trajs(client, spec, [trajectory("g", 0, reward=0.0), trajectory("g", 1, reward=1.0)])
+    wait_for(lambda: not ref.is_alive(), what="learner crash")
+    wait_for(lambda: client.queue_depth(names.trajectories) == 2, what="redelivery")
+    assert not (tmp_path / "ckpt" / "v000001").exists()
+
+
+def test_learner_drops_groups_without_two_survivors(broker, spec, client, tmp_path):
+    backend = FakeBackend()
+    _, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=1)
+    publish_trajs(
+        client, spec, [trajectory("bad", 0, reward=0.0), trajectory("bad", 1, reward=-0.2, infra=True)]
+    )
+    publish_trajs(client, spec, [trajectory("ok", 0, reward=0.0), trajectory("ok", 1, reward=1.0)])
+    assert done.wait(20)
+    assert metrics[0]["learner/dropped_groups_total"] == 1.0
+    assert backend.batches[0].num_rows == 2  # only the good group was trained
+
+
+def test_learner_dead_letters_malformed_trajectories(broker, spec, client, tmp_path):
+    names = Topology(spec.run)
+    start_learner(broker, spec, tmp_path, FakeBackend())
+    bad = encode(trajectory("g", 0, reward=1.0), run=spec.run).replace(b"trajectory", b"trajectorz")
+    client.publish("", names.trajectories, bad).result(5)
+    got = threading.Event()
+    dead = []
+    client.consume(names.dead, lambda d: (dead.append(d), d.ack(), got.set()), prefetch=10)
+    assert got.wait(10)
+    assert "unknown" in dead[0].headers[REASON_HEADER]

@@ -1,0 +1,82 @@
+"""The run config: typed parsing, and every problem listed at once."""
+
+from pathlib import Path
+
+import pytest
+
+from agentrl.ops import ConfigError, load_config, parse_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_example_configs_parse():
+    for path in EXAMPLES.glob("*.yaml"):
+        cfg = load_config(path)
+        assert cfg.episodes_per_batch == cfg.rollout.group_size * cfg.rollout.groups_per_batch
+
+
+def test_defaults_and_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("run: demo\nlearner: {lr: 1e-5}\n")
+    cfg = load_config(path, broker="amqp://u:p@host:5672/", max_steps=3, model=None)
+    assert cfg.broker == "amqp://u:p@host:5672/"
+    assert cfg.max_steps == 3
+    assert cfg.model == "smollm2"  # None keeps the file's (default) value
+    assert cfg.learner.lr == pytest.approx(1e-5)  # YAML 1.1 reads 1e-5 as a string
+    assert cfg.run_dir == Path("runs") / "demo"
+
+
+def test_every_problem_is_listed():
+    raw = {
+        "run": "bad name!",
+        "broker": "redis://x",
+        "colour": "blue",
+        "tasks": {"calculator": {"weight": 0}, "nosuchtask": {}},
+        "rollout": {"group_size": 1, "temperature": 0, "top_p": "high"},
+        "staleness": {"max": 3, "hard": 1},
+        "pools": {"current": {"weight": 0, "every": 0}},
+        "learner": {"backend": "jax"},
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    text = str(info.value)
+    for needle in [
+        "colour: unknown key",
+        "rollout.top_p: expected float",
+    ]:
+        assert needle in text, text
+    # Type errors stop before semantic checks; fix the type error and see the rest.
+    raw["rollout"]["top_p"] = 1.0
+    del raw["colour"]
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    problems = info.value.problems
+    expected = [
+        "run: 'bad name!'",
+        "broker: 'redis://x'",
+        "tasks.calculator.weight: must be > 0",
+        "tasks.nosuchtask: unknown task",
+        "pools.current.every: must be >= 1",
+        "pools: the weights must not all be 0",
+        "rollout.group_size: GRPO needs at least 2",
+        "rollout.temperature: must be > 0",
+        "staleness.hard: must be >= staleness.max",
+        "learner.backend: 'jax' is not available",
+    ]
+    for needle in expected:
+        assert any(p.startswith(needle) for p in problems), (needle, problems)
+    assert len(problems) == len(expected), problems
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_run_is_required():
+    with pytest.raises(ConfigError, match="run: required"):
+        parse_config({})
