@@ -1,0 +1,492 @@
+"""The CPU sampler engine: batched token generation over a Hugging Face causal LM.
+
+`TorchEngine` runs one background thread that owns the model. `submit` queues a
+request and returns a future; the thread admits queued requests into the running
+batch whenever there is room (continuous batching, up to ``max_batch`` rows),
+prefills them together, and decodes one token for every row per step, reusing
+the KV cache. Rows are left-padded; an explicit attention mask and per-row
+``position_ids`` make each row's result independent of what it is batched with
+(up to float rounding). Finished rows leave the batch at once.
+
+Recorded logprobs: for ``temperature > 0`` the logprob of the sampled token under
+``log_softmax(logits / temperature)`` — the distribution *before* top-p
+truncation, which is what the learner recomputes from the same logits. Top-p only
+decides which tokens may be drawn. For ``temperature == 0`` (greedy) it is
+``log_softmax(logits)`` at the argmax.
+
+Weights: `load` reads and checks a checkpoint in the caller's thread and stages
+it; the engine then stops admitting requests, lets the rows in flight finish on
+the old weights (they report the old version), copies the new tensors into the
+existing module and resumes admission with the new version.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+import torch
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The completion of one generate request."""
+
+    token_ids: list[int]
+    """Sampled token ids; ends with the stop token when finish_reason is 'stop'."""
+    logprobs: list[float]
+    """Logprob of each sampled token under the distribution it was drawn from (see module doc)."""
+    version: int
+    """Version of the weights that generated every token."""
+    finish_reason: str
+    """'stop' (a stop id was sampled) or 'length' (max_new_tokens reached)."""
+
+
+class EngineError(Exception):
+    """Raised when the engine fails to generate (the cause is chained)."""
+
+
+class EngineClosed(EngineError):
+    """Raised by submit/load on a closed engine; set on requests still pending at close()."""
+
+
+class WeightsMismatch(EngineError):
+    """Raised by load() when a checkpoint's tensors do not fit the engine's model."""
+
+
+class SamplerEngine(Protocol):
+    """What a sampler needs from an engine. Every method is thread-safe."""
+
+    version: int
+    """Weights version that a request submitted now is generated with."""
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_ids: Sequence[int],
+        seed: int | None = None,
+    ) -> Future[Generation]: ...
+
+    def load(self, model_dir: str | Path, version: int) -> Future[None]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _Row:
+    """One request in the engine: queued, then a row of the running batch."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop_ids: frozenset[int]
+    seed: int | None
+    future: Future
+    generator: torch.Generator | None = None
+    version: int = -1
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Staged:
+    """Weights read by load(), waiting for the batch to drain."""
+
+    state: dict[str, torch.Tensor]
+    version: int
+    future: Future
+
+
+class TorchEngine:
+    """A continuously batching generation engine over an HF causal LM (CPU by default)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch: int = 16,
+        seed: int = 0,
+        version: int = 0,
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._device = torch.device(device)
+        self._dtype = getattr(torch, dtype)
+        self._max_batch = max_batch
+        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self._dtype)
+        self._model.to(self._device).eval()
+        self._shapes = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
+        self._tied = _tied_names(self._model)  # may be absent from checkpoints
+        self._seeds = torch.Generator().manual_seed(seed)  # per-row seeds when none given
+        self._lock = threading.Condition()
+        self._queue: collections.deque[_Row] = collections.deque()
+        self._staged: _Staged | None = None
+        self._version = version  # weights in the model
+        self._target = version  # weights that the next admitted request gets
+        self._closed: BaseException | None = None
+        self._batch = _Batch()
+        self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
+        self._thread.start()
+        log.info("engine started", model=str(model_dir), device=device, max_batch=max_batch)
+
+    # --- public API ----------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Weights version that a request submitted now is generated with."""
+        with self._lock:
+            return self._target
+
+    @version.setter
+    def version(self, value: int) -> None:
+        """Relabel the weights in place (e.g. a run resumed from checkpoint ``value``)."""
+        with self._lock:
+            if self._staged is not None:
+                raise EngineError("cannot relabel the version while a load is pending")
+            self._version = self._target = value
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_ids: Sequence[int],
+        seed: int | None = None,
+    ) -> Future[Generation]:
+        """Queue a request; the future resolves with its `Generation`."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        row = _Row(
+            prompt_ids=list(prompt_ids),
+            max_new_tokens=max_new_tokens,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            stop_ids=frozenset(stop_ids),
+            seed=seed,
+            future=Future(),
+        )
+        with self._lock:
+            self._check_open()
+            self._queue.append(row)
+            self._lock.notify_all()
+        return row.future
+
+    def generate_many(self, prompts: Sequence[list[int]], **params) -> list[Generation]:
+        """Submit every prompt at once and wait for all results (in prompt order)."""
+        futures = [self.submit(p, **params) for p in prompts]
+        return [f.result() for f in futures]
+
+    def load(self, model_dir: str | Path, version: int) -> Future[None]:
+        """Stage a safetensors checkpoint; it replaces the weights once rows in flight finish.
+
+        Requests submitted after this returns get the new weights. The future
+        resolves when the new weights are in place.
+        """
+        state = _read_safetensors(Path(model_dir))
+        self._check_fits(state, model_dir)
+        staged = _Staged(state=state, version=version, future=Future())
+        with self._lock:
+            self._check_open()
+            if self._staged is not None:  # superseded before it was applied
+                self._staged.future.set_result(None)
+            self._staged = staged
+            self._target = version
+            self._lock.notify_all()
+        return staged.future
+
+    def close(self) -> None:
+        """Stop the engine thread; pending and running requests fail with `EngineClosed`."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = EngineClosed("engine closed")
+            self._lock.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # --- engine thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode():
+                while self._round():
+                    pass
+        except BaseException as exc:
+            error = EngineError(f"engine thread failed: {exc!r}")
+            error.__cause__ = exc
+            log.exception("engine thread failed")
+            with self._lock:
+                if self._closed is None:
+                    self._closed = error
+        with self._lock:
+            reason = self._closed
+            leftovers = list(self._queue) + self._batch.rows
+            self._queue.clear()
+            staged, self._staged = self._staged, None
+        self._batch = _Batch()
+        for future in [r.future for r in leftovers] + ([staged.future] if staged else []):
+            if not future.done():
+                future.set_exception(reason)
+        log.info("engine stopped", failed=len(leftovers))
+
+    def _round(self) -> bool:
+        """One scheduling round: maybe swap weights, admit, decode a step. False to stop."""
+        staged = None
+        admitted: list[_Row] = []
+        with self._lock:
+            idle = lambda: not (self._batch.rows or self._queue or self._staged)  # noqa: E731
+            while self._closed is None and idle():
+                self._lock.wait()
+            if self._closed is not None:
+                return False
+            if self._staged is not None and not self._batch.rows:
+                staged, self._staged = self._staged, None
+            if self._staged is None and staged is None:
+                room = self._max_batch - len(self._batch.rows)
+                while self._queue and len(admitted) < room:
+                    row = self._queue.popleft()
+                    if row.future.set_running_or_notify_cancel():
+                        admitted.append(row)
+        if staged is not None:
+            self._apply(staged)
+            return True
+        if admitted:
+            self._prefill(admitted)
+        elif self._batch.rows:
+            self._decode()
+        return True
+
+    def _apply(self, staged: _Staged) -> None:
+        self._model.load_state_dict(staged.state, strict=False)
+        with self._lock:
+            self._version = staged.version
+        staged.future.set_result(None)
+        log.info("weights loaded", version=staged.version)
+
+    def _prefill(self, rows: list[_Row]) -> None:
+        for row in rows:
+            row.version = self._version
+            seed = (
+                row.seed
+                if row.seed is not None
+                else int(torch.randint(2**62, (), generator=self._seeds))
+            )
+            row.generator = torch.Generator(device=self._device).manual_seed(seed)
+        width = max(len(r.prompt_ids) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = _new_cache(self._model)
+        logits = self._forward(ids, mask, positions, cache)
+        self._batch.merge(_Batch(rows=rows, cache=cache, mask=mask))
+        self._sample(logits, first=len(self._batch.rows) - len(rows))
+
+    def _decode(self) -> None:
+        batch = self._batch
+        ids = torch.tensor([[r.token_ids[-1]] for r in batch.rows])
+        positions = torch.tensor([[len(r.prompt_ids) + len(r.token_ids) - 1] for r in batch.rows])
+        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=torch.long)], 1)
+        logits = self._forward(ids, batch.mask, positions, batch.cache)
+        self._sample(logits, first=0)
+
+    def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
+        """Logits of the last position of each row, float32 ``[B, V]``."""
+        out = self._model(
+            input_ids=ids.to(self._device),
+            attention_mask=mask.to(self._device),
+            position_ids=positions.to(self._device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float()
+
+    def _sample(self, logits: torch.Tensor, first: int) -> None:
+        """Sample one token for rows ``first:`` of the batch, then retire finished rows."""
+        rows = self._batch.rows[first:]
+        tokens, logprobs = sample_tokens(
+            logits,
+            temperatures=[r.temperature for r in rows],
+            top_ps=[r.top_p for r in rows],
+            generators=[r.generator for r in rows],
+        )
+        done: list[int] = []
+        for i, (row, tok, lp) in enumerate(zip(rows, tokens, logprobs, strict=True)):
+            row.token_ids.append(tok)
+            row.logprobs.append(lp)
+            if tok in row.stop_ids or len(row.token_ids) >= row.max_new_tokens:
+                reason = "stop" if tok in row.stop_ids else "length"
+                row.future.set_result(Generation(row.token_ids, row.logprobs, row.version, reason))
+                done.append(first + i)
+        if done:
+            self._batch.drop(done)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise EngineClosed(f"engine is closed: {self._closed}") from self._closed
+
+    def _check_fits(self, state: dict[str, torch.Tensor], source) -> None:
+        problems = [
+            f"{k}: shape {tuple(v.shape)} != {self._shapes[k]}"
+            for k, v in state.items()
+            if k in self._shapes and tuple(v.shape) != self._shapes[k]
+        ]
+        problems += [f"{k}: not a parameter of the model" for k in state if k not in self._shapes]
+        missing = [k for k in self._shapes if k not in state and k not in self._tied]
+        problems += [f"{k}: missing" for k in missing]
+        if problems:
+            raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
+
+
+@dataclass
+class _Batch:
+    """The running batch: rows, their shared KV cache and attention mask ``[B, T]``."""
+
+    rows: list[_Row] = field(default_factory=list)
+    cache: object | None = None
+    mask: torch.Tensor | None = None
+
+    def merge(self, other: _Batch) -> None:
+        """Append ``other``'s rows, left-padding the shorter cache to the longer one."""
+        if not self.rows:
+            self.rows, self.cache, self.mask = other.rows, other.cache, other.mask
+            return
+        width = max(self.mask.shape[1], other.mask.shape[1])
+
+        def cat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.cat([_left_pad(a, width), _left_pad(b, width)])
+
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys, mine.values = cat(mine.keys, theirs.keys), cat(mine.values, theirs.values)
+        self.mask = cat(self.mask, other.mask)
+        self.rows = self.rows + other.rows
+
+    def drop(self, indices: list[int]) -> None:
+        """Remove finished rows and the leading columns no remaining row attends to."""
+        gone = set(indices)
+        keep = [i for i in range(len(self.rows)) if i not in gone]
+        if not keep:
+            self.rows, self.cache, self.mask = [], None, None
+            return
+        index = torch.tensor(keep)
+        self.rows = [self.rows[i] for i in keep]
+        self.mask = self.mask[index]
+        unused = int((self.mask.sum(0) == 0).long().cumprod(0).sum())
+        self.mask = self.mask[:, unused:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[index.to(layer.keys.device), :, unused:]
+            layer.values = layer.values[index.to(layer.values.device), :, unused:]
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    *,
+    temperatures: Sequence[float],
+    top_ps: Sequence[float],
+    generators: Sequence[torch.Generator | None],
+) -> tuple[list[int], list[float]]:
+    """Draw one token per row of ``logits`` ``[B, V]``; return the tokens and their logprobs.
+
+    Row i: greedy when ``temperatures[i] == 0`` (logprob from ``log_softmax(logits)``),
+    else multinomial from ``softmax(logits / T)`` restricted to the top-p nucleus,
+    with the logprob taken from the untruncated ``log_softmax(logits / T)``.
+    """
+    temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype)
+    logp = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # [B, V]
+    tokens: list[int] = []
+    for i, (temp, top_p, gen) in enumerate(zip(temperatures, top_ps, generators, strict=True)):
+        if temp == 0:
+            tok = int(torch.argmax(logits[i]))
+        else:
+            probs = logp[i].exp()
+            if top_p < 1:
+                probs = _nucleus(probs, top_p)
+            tok = int(torch.multinomial(probs, 1, generator=gen))
+        tokens.append(tok)
+    index = torch.tensor(tokens, device=logits.device)[:, None]
+    return tokens, logp.gather(1, index)[:, 0].tolist()
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero every token outside the smallest set whose probability mass reaches ``top_p``."""
+    ordered, order = probs.sort(descending=True)
+    keep = (ordered.cumsum(0) - ordered) < top_p  # mass before the token; the first always stays
+    return torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+
+
+def _new_cache(model):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        raise EngineError("sliding-window attention caches are not supported by TorchEngine")
+    return cache
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the sequence axis (-2 for ``[B, H, T, D]`` caches, -1 for ``[B, T]`` masks)."""
+    axis = -1 if x.dim() == 2 else -2
+    missing = width - x.shape[axis]
+    if missing == 0:
+        return x
+    shape = list(x.shape)
+    shape[axis] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=axis)
+
+
+def _tied_names(model) -> set[str]:
+    """Parameter names that share storage with an earlier parameter (tied embeddings)."""
+    first: dict[int, str] = {}
+    params = model.named_parameters(remove_duplicate=False)
+    return {name for name, p in params if first.setdefault(id(p), name) != name}
+
+
+def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a (possibly sharded) safetensors checkpoint directory."""
+    from safetensors.torch import load_file
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [model_dir / s for s in shards]
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise WeightsMismatch(f"no safetensors files in {model_dir}")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        try:
+            state.update(load_file(str(path)))
+        except (OSError, ValueError) as exc:
+            raise WeightsMismatch(f"cannot read {path}: {exc}") from exc
+    return state
