@@ -135,5 +135,5 @@ class FakeBackend:
         # Not loadable weights: only a ScriptedEngine "loads" them.
         (out / "model.safetensors").write_bytes(f"fake weights, step {self.steps}".encode())
         digest = checkpoint_digest(out)
-        (out / "DIGEST").write_text(digest)
+        (out / "DIGEST").write_text(digest + "\n")
         return digest

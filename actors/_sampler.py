@@ -33,7 +33,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import checkpoint_digest
 
-from ._engine import SamplerEngine
+from ._engine import EngineClosed, SamplerEngine
 from ._wire import TopologySpec, declare, decode_or_dead_letter
 
 log = structlog.get_logger(__name__)
@@ -160,7 +160,10 @@ class SamplerActor(pykka.ThreadingActor):
         exc = future.exception()
         if exc is not None:
             # Hand the request back: another sampler (or this one, later) serves it.
-            log.error("generation failed; request requeued", error=repr(exc))
+            if isinstance(exc, EngineClosed):
+                log.debug("engine closed; request handed back", sampler=self._id)
+            else:
+                log.error("generation failed; request requeued", error=repr(exc))
             delivery.nack(requeue=True)
             return
         gen = future.result()

@@ -30,7 +30,7 @@ from pathlib import Path
 from agentrl.actors._fakes import FakeBackend, ScriptedEngine
 from agentrl.environments import Start, Status, Step, register_task
 from agentrl.messages import ChatMessage
-from agentrl.ops import Supervisor, parse_config
+from agentrl.ops import Supervisor, configure_logging, parse_config
 from agentrl.trainer import load_tokenizer, resolve_model
 
 TOOLS = [
@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--ms-per-token", type=float, default=8.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    configure_logging("warning")
     register_task("latency", LatencyTask, replace=True)
     tokenizer = load_tokenizer(resolve_model("tiny"))
     results = {}
