@@ -1,7 +1,14 @@
 """agentrl.actors: controller, rollout, sampler and learner actors, and the CPU sampler engine."""
 
 from ._controller import ControllerActor, TaskEntry
-from ._engine import Generation, SamplerEngine, TorchEngine
+from ._engine import (
+    EngineClosed,
+    EngineError,
+    Generation,
+    SamplerEngine,
+    TorchEngine,
+    WeightsMismatch,
+)
 from ._learner import LearnerActor
 from ._metrics import batch_metrics, is_success
 from ._rollout import EpisodeLimits, RolloutActor
@@ -10,6 +17,8 @@ from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter
 
 __all__ = [
     "ControllerActor",
+    "EngineClosed",
+    "EngineError",
     "EpisodeLimits",
     "Generation",
     "LearnerActor",
@@ -19,6 +28,7 @@ __all__ = [
     "TaskEntry",
     "TopologySpec",
     "TorchEngine",
+    "WeightsMismatch",
     "batch_metrics",
     "broadcast",
     "declare",

@@ -96,7 +96,9 @@ class ControllerActor(pykka.ThreadingActor):
         ctl_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
         self._transport.bind(ctl_q, self._names.control, "metrics.learner")
         self._transport.consume(ctl_q, lambda d: ref.tell(("metrics", d)), prefetch=16)
-        self._transport.consume(self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16)
+        self._transport.consume(
+            self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16
+        )
         log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
         self._admit()
 
@@ -206,4 +208,3 @@ class ControllerActor(pykka.ThreadingActor):
             pos = 0
         self._orders[task] = (order, pos + 1)
         return order[pos]
-

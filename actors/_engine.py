@@ -34,6 +34,8 @@ from typing import Protocol
 import structlog
 import torch
 
+from agentrl.trainer import load_causal_lm
+
 log = structlog.get_logger(__name__)
 
 
@@ -124,14 +126,12 @@ class TorchEngine:
         seed: int = 0,
         version: int = 0,
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._device = torch.device(device)
         self._dtype = getattr(torch, dtype)
         self._max_batch = max_batch
-        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self._dtype)
+        self._model = load_causal_lm(model_dir, dtype=self._dtype)
         self._model.to(self._device).eval()
         self._shapes = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
         self._tied = _tied_names(self._model)  # may be absent from checkpoints

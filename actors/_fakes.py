@@ -69,7 +69,9 @@ class ScriptedEngine:
             version = self.version
             future: Future[Generation] = Future()
             self._pending.add(future)
-        self._pool.submit(self._generate, future, list(prompt_ids), max_new_tokens, stop_ids, version)
+        self._pool.submit(
+            self._generate, future, list(prompt_ids), max_new_tokens, stop_ids, version
+        )
         return future
 
     def _generate(self, future, prompt_ids, max_new_tokens, stop_ids, version) -> None:

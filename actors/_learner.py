@@ -34,7 +34,6 @@ from agentrl.messages import (
     connect,
     encode,
 )
-
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._metrics import batch_metrics
@@ -150,9 +149,7 @@ class LearnerActor(pykka.ThreadingActor):
     # --- batching ------------------------------------------------------------------
 
     def _complete_groups(self) -> list[tuple[str, _Group]]:
-        ready = [
-            (gid, g) for gid, g in self._groups.items() if len(g.members) >= self._group_size
-        ]
+        ready = [(gid, g) for gid, g in self._groups.items() if len(g.members) >= self._group_size]
         ready.sort(key=lambda item: (item[1].oldest(), item[1].first_seen))
         return ready
 
@@ -195,7 +192,9 @@ class LearnerActor(pykka.ThreadingActor):
         path = self._ckpt_dir / f"v{version:06d}"
         digest = self._backend.save(path)
         saved = time.monotonic()
-        ready = CheckpointReady(version=version, uri=str(path), digest=digest, created_at=time.time())
+        ready = CheckpointReady(
+            version=version, uri=str(path), digest=digest, created_at=time.time()
+        )
         broadcast(self._transport, self._names.checkpoints, "", encode(ready, run=self._spec.run))
         self._version = version
         self._steps += 1
@@ -217,7 +216,9 @@ class LearnerActor(pykka.ThreadingActor):
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
         self._last_step_end = end
-        log.info("update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2))
+        log.info(
+            "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)
+        )
         self._report(metrics)
         if self._on_metrics is not None:
             self._on_metrics(metrics)
@@ -235,4 +236,3 @@ class LearnerActor(pykka.ThreadingActor):
         versions = sorted(p for p in self._ckpt_dir.glob("v[0-9]*") if p.is_dir())
         for old in versions[: -self._keep]:
             shutil.rmtree(old)
-

@@ -27,7 +27,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,8 +47,8 @@ from agentrl.messages import (
     GenerateRequest,
     GenerateResult,
     Topology,
-    TransportError,
     Trajectory,
+    TransportError,
     connect,
     decode,
     encode,
@@ -182,7 +182,9 @@ class RolloutActor(pykka.ThreadingActor):
         except _InfraFailure as exc:
             self._bump("infra_retries")
             if req.attempt + 1 < self._limits.max_attempts:
-                log.warning("infra failure; episode re-issued", episode=req.episode_id, error=str(exc))
+                log.warning(
+                    "infra failure; episode re-issued", episode=req.episode_id, error=str(exc)
+                )
                 retry = _replace_attempt(req)
                 self._publish("", self._names.episodes, retry)
                 delivery.ack()
@@ -210,7 +212,13 @@ class RolloutActor(pykka.ThreadingActor):
         history = list(start.messages)
         ids = list(fmt.prompt_ids(history, env.tools))
         mask, logps, versions, pools = [0] * len(ids), [0.0] * len(ids), [-1] * len(ids), []
-        status, env_reward, metrics, gen_time, finished = Status.TASK_LIMIT_REACHED, 0.0, {}, 0.0, False
+        status, env_reward, metrics, gen_time, finished = (
+            Status.TASK_LIMIT_REACHED,
+            0.0,
+            {},
+            0.0,
+            False,
+        )
         try:
             for _turn in range(lim.max_turns):
                 budget = lim.max_tokens - len(ids)

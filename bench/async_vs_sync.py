@@ -157,7 +157,8 @@ def main() -> None:
     for r in results.values():
         print(
             f"eta={r['eta']}: {r['episodes']:.0f} episodes in {r['wall_s']:.1f}s = "
-            f"{r['episodes_per_s']:.2f} episodes/s, learner idle {100 * r['learner_idle_fraction']:.0f}%, "
+            f"{r['episodes_per_s']:.2f} episodes/s, "
+            f"learner idle {100 * r['learner_idle_fraction']:.0f}%, "
             f"mean issue lag {r['issue_lag_mean']:.2f} versions"
         )
     ratio = results[2]["episodes_per_s"] / results[0]["episodes_per_s"]

@@ -209,7 +209,7 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, f"{where}.", problems)
     if origin is dict:
-        key_tp, val_tp = typing.get_args(tp)
+        _key_tp, val_tp = typing.get_args(tp)
         if not isinstance(value, dict):
             problems.append(f"{where}: expected a mapping, got {type(value).__name__}")
             return {}
@@ -223,9 +223,8 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
             return float(value)
         except ValueError:
             pass
-    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and value is True):
-        if not (tp is int and isinstance(value, bool)):
-            return value
+    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and type(value) is bool):
+        return value
     problems.append(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
     return value
 

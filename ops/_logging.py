@@ -41,9 +41,7 @@ class _Tee:
         raise structlog.DropEvent
 
 
-def configure_logging(
-    level: str = "info", json_path: Path | None = None, **context: str
-) -> None:
+def configure_logging(level: str = "info", json_path: Path | None = None, **context: str) -> None:
     """Configure structlog once per process; `context` is bound to every line."""
     tee = _Tee(json_path, _LEVELS.get(level, 20))
     structlog.reset_defaults()

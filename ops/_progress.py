@@ -18,7 +18,9 @@ def format_progress(metrics: dict[str, float], depths: dict[str, int]) -> str:
     parts = [f"v{int(metrics.get('version', 0))}"]
     if "rollout/episodes_per_s" in metrics:
         parts.append(f"{metrics['rollout/episodes_per_s']:.2f} ep/s")
-    tasks = sorted(k.split("/")[1] for k in metrics if k.startswith("env/") and k.endswith("/reward"))
+    tasks = sorted(
+        k.split("/")[1] for k in metrics if k.startswith("env/") and k.endswith("/reward")
+    )
     for task in tasks:
         r = metrics[f"env/{task}/reward"]
         s = metrics.get(f"env/{task}/success", 0.0)

@@ -32,7 +32,13 @@ from agentrl.actors import (
 )
 from agentrl.environments import ChatFormat, make_task
 from agentrl.messages import CheckpointReady, Topology, connect
-from agentrl.trainer import LearnerBackend, TorchLearner, checkpoint_digest, load_tokenizer, resolve_model
+from agentrl.trainer import (
+    LearnerBackend,
+    TorchLearner,
+    checkpoint_digest,
+    load_tokenizer,
+    resolve_model,
+)
 
 from ._config import RunConfig
 from ._progress import Progress
@@ -115,9 +121,13 @@ class Supervisor:
             trajectory_capacity=cfg.episodes_per_batch * (cfg.staleness.max + 2),
         )
         tokenizer = load_tokenizer(model_dir)
-        log.info("starting", run=cfg.run, roles=list(self.roles), version=version, model=str(weights))
+        log.info(
+            "starting", run=cfg.run, roles=list(self.roles), version=version, model=str(weights)
+        )
         if "learner" in self.roles:
-            self._spawn("learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer))
+            self._spawn(
+                "learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer)
+            )
         if "sampler" in self.roles:
             for pool, pc in cfg.pools.items():
                 pool_weights = resolve_model(pc.model) if pc.model else weights
@@ -142,7 +152,9 @@ class Supervisor:
                 broker=cfg.broker,
                 topology=spec,
                 tasks={
-                    name: TaskEntry(weight=t.weight, num_instances=len(make_task(name, **t.options)))
+                    name: TaskEntry(
+                        weight=t.weight, num_instances=len(make_task(name, **t.options))
+                    )
                     for name, t in cfg.tasks.items()
                 },
                 group_size=cfg.rollout.group_size,

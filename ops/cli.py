@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     bad = [r for r in roles if r not in ROLES]
     if bad:
-        print(f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr)
+        print(
+            f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
+        )
         return 2
     configure_logging(args.log_level, cfg.run_dir / "logs" / "supervisor.jsonl", run=cfg.run)
     return Supervisor(cfg, roles).run(progress_every=args.progress_every)

@@ -10,11 +10,13 @@ from ._grpo import (
     token_logprobs,
     token_mean,
 )
-from ._models import load_tokenizer, resolve_model
+from ._models import ModelError, ModelNotFound, load_causal_lm, load_tokenizer, resolve_model
 from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
 
 __all__ = [
     "LearnerBackend",
+    "ModelError",
+    "ModelNotFound",
     "TorchLearner",
     "TrainBatch",
     "build_batch",
@@ -22,6 +24,7 @@ __all__ = [
     "episode_reward",
     "group_advantages",
     "k3_kl",
+    "load_causal_lm",
     "load_tokenizer",
     "micro_batches",
     "ppo_clip_loss",

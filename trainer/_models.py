@@ -25,6 +25,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import structlog
@@ -83,6 +84,22 @@ def resolve_model(spec: str, cache_dir: str | Path | None = None) -> Path:
         raise ModelNotFound(f"model directory {spec!r} does not exist")
     log.info("model spec taken as a hub name", spec=spec)
     return Path(spec)
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def load_causal_lm(model_dir: str | Path, *, dtype):
+    """``AutoModelForCausalLM.from_pretrained`` for engines and learners in one process.
+
+    transformers builds models under process-global patches (meta-device
+    initialisation), so two threads loading at once can leave one model with
+    meta tensors; loads are serialised here.
+    """
+    from transformers import AutoModelForCausalLM
+
+    with _LOAD_LOCK:
+        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
 
 
 def load_tokenizer(model_dir: str | Path):

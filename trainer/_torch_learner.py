@@ -30,6 +30,7 @@ import torch
 
 from ._batch import TrainBatch, micro_batches
 from ._grpo import k3_kl, ppo_clip_loss, token_entropy, token_logprobs
+from ._models import load_causal_lm
 
 __all__ = ["LearnerBackend", "TorchLearner", "checkpoint_digest"]
 
@@ -119,7 +120,6 @@ class TorchLearner:
         seed: int = 0,
         gradient_checkpointing: bool = False,
     ) -> None:
-        from transformers import AutoModelForCausalLM
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -135,7 +135,7 @@ class TorchLearner:
         self.steps = 0  # optimiser updates done so far
 
         torch.manual_seed(seed)  # global RNG: only dropout (if any) draws from it
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[dtype])
+        self.model = load_causal_lm(self.model_dir, dtype=_DTYPES[dtype])
         self.model.to(self.device)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()

@@ -138,7 +138,9 @@ def test_controller_groups_and_task_mix(broker, spec, client):
 def test_controller_answers_checkpoint_queries_and_dead_letters_garbage(broker, spec, client):
     names = Topology(spec.run)
     start_controller(broker, spec, eta=0)
-    reply = client.call("", names.control_rpc, encode(CheckpointQuery("t"), run=spec.run), timeout=5)
+    reply = client.call(
+        "", names.control_rpc, encode(CheckpointQuery("t"), run=spec.run), timeout=5
+    )
     assert decode(reply.result(6).body, expect=CheckpointReady).payload.version == 0
     client.publish("", names.control_rpc, b"\x93not a message").result(5)
     dead = []
@@ -162,19 +164,24 @@ def calculator_script(tokenizer, eot: int, mode: str):
             reply = '<tool_call>{"name": "calculate", "arguments": {</tool_call>'
         elif "<|im_start|>tool" not in text:
             expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
-            reply = f'<tool_call>{{"name": "calculate", "arguments": {{"expression": "{expr}"}}}}</tool_call>'
+            args = f'{{"expression": "{expr}"}}'
+            reply = f'<tool_call>{{"name": "calculate", "arguments": {args}}}</tool_call>'
         else:
             expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
             value = float(evaluate(expr)) + (1 if mode == "wrong" else 0)
-            reply = f'<tool_call>{{"name": "answer", "arguments": {{"value": {value}}}}}</tool_call>'
-        return tokenizer.encode(reply, add_special_tokens=False) + [eot]
+            reply = (
+                f'<tool_call>{{"name": "answer", "arguments": {{"value": {value}}}}}</tool_call>'
+            )
+        return [*tokenizer.encode(reply, add_special_tokens=False), eot]
 
     return respond
 
 
 def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3):
     fmt = ChatFormat(tokenizer)
-    engine = ScriptedEngine(calculator_script(tokenizer, fmt.end_of_turn_ids[-1], mode), version=version)
+    engine = ScriptedEngine(
+        calculator_script(tokenizer, fmt.end_of_turn_ids[-1], mode), version=version
+    )
     SamplerActor.start(
         broker=broker,
         topology=spec,
@@ -292,7 +299,9 @@ def test_sampler_loads_announced_checkpoints_and_answers_late_queries(
 # --- learner -------------------------------------------------------------------------------
 
 
-def trajectory(group: str, i: int, *, reward: float, issued: int = 0, task="calculator", infra=False):
+def trajectory(
+    group: str, i: int, *, reward: float, issued: int = 0, task="calculator", infra=False
+):
     n = 6
     return Trajectory(
         episode_id=f"{group}-{i}",
@@ -350,7 +359,7 @@ def test_learner_trains_whole_groups_checkpoints_and_announces(broker, spec, cli
     client.bind(q, names.checkpoints)
     client.consume(q, lambda d: (announced.append(decode(d.body).payload), d.ack()), prefetch=10)
     backend = FakeBackend()
-    ref, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=2)
+    _ref, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=2)
     publish_trajs(client, spec, [trajectory("g1", 0, reward=1.0)])  # incomplete group: no step
     publish_trajs(client, spec, [trajectory("g2", 0, reward=0.0), trajectory("g2", 1, reward=1.0)])
     wait_for(lambda: backend.steps == 1, what="first update")
@@ -382,7 +391,9 @@ def test_learner_drops_groups_without_two_survivors(broker, spec, client, tmp_pa
     backend = FakeBackend()
     _, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=1)
     publish_trajs(
-        client, spec, [trajectory("bad", 0, reward=0.0), trajectory("bad", 1, reward=-0.2, infra=True)]
+        client,
+        spec,
+        [trajectory("bad", 0, reward=0.0), trajectory("bad", 1, reward=-0.2, infra=True)],
     )
     publish_trajs(client, spec, [trajectory("ok", 0, reward=0.0), trajectory("ok", 1, reward=1.0)])
     assert done.wait(20)

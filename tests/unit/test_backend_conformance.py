@@ -48,6 +48,10 @@ def test_save_writes_a_digest_that_changes_with_the_weights(backend, tmp_path):
     batch = build_batch([_traj(0, 1.0), _traj(1, 0.0)], pad_id=0)
     backend.step(batch)
     first = backend.save(tmp_path / "a")
-    assert first == checkpoint_digest(tmp_path / "a") == (tmp_path / "a" / "DIGEST").read_text().strip()
+    assert (
+        first
+        == checkpoint_digest(tmp_path / "a")
+        == (tmp_path / "a" / "DIGEST").read_text().strip()
+    )
     backend.step(batch)
     assert backend.save(tmp_path / "b") != first
