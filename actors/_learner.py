@@ -74,6 +74,7 @@ class LearnerActor(pykka.ThreadingActor):
         pad_id: int,
         max_steps: int | None = None,
         on_metrics: Callable[[dict[str, float]], None] | None = None,
+        on_batch: Callable[[int, list[Trajectory]], None] | None = None,
         done: threading.Event | None = None,
         keep_checkpoints: int = 0,
     ) -> None:
@@ -91,6 +92,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._pad_id = pad_id
         self._max_steps = max_steps
         self._on_metrics = on_metrics
+        self._on_batch = on_batch
         self._done = done or threading.Event()
         self._keep = keep_checkpoints
         self._groups: dict[str, _Group] = {}
@@ -222,6 +224,8 @@ class LearnerActor(pykka.ThreadingActor):
         self._report(metrics)
         if self._on_metrics is not None:
             self._on_metrics(metrics)
+        if self._on_batch is not None:
+            self._on_batch(version, batch)
         if self._max_steps is not None and self._steps >= self._max_steps:
             self._done.set()
 

@@ -118,6 +118,7 @@ class RolloutActor(pykka.ThreadingActor):
         self._executor: ThreadPoolExecutor | None = None
         self._transport = None
         self._consumer = None
+        self._stopping = threading.Event()
         self._counts_lock = threading.Lock()
         self._counts = {"started": 0, "finished": 0, "infra_retries": 0, "turns": 0}
 
@@ -131,6 +132,7 @@ class RolloutActor(pykka.ThreadingActor):
         log.info("rollout started", rollout=self._id, concurrency=self._concurrency)
 
     def on_stop(self) -> None:
+        self._stopping.set()
         if self._consumer is not None:
             self._consumer.cancel()
         if self._executor is not None:
@@ -154,8 +156,12 @@ class RolloutActor(pykka.ThreadingActor):
         try:
             self._handle(delivery)
         except TransportError as exc:
-            # The broker is gone: leave the request unacked; it is redelivered.
-            log.error("episode abandoned: broker lost", error=str(exc))
+            # The broker is gone (or we are stopping): the request stays unacked and is
+            # redelivered to another rollout actor.
+            if self._stopping.is_set():
+                log.info("episode handed back at shutdown", error=str(exc))
+            else:
+                log.error("episode abandoned: broker lost", error=str(exc))
         except BaseException as exc:
             log.exception("episode crashed; request requeued")
             delivery.nack(requeue=True)

@@ -130,6 +130,9 @@ class RunConfig:
     seed: int = 0
     max_steps: int | None = None
     """Stop after this many learner updates; None runs until stopped."""
+    torch_threads: int = 0
+    """Intra-op threads of this process; 0 = cores / (engines + learner) on this node, at
+    least 1 (oversubscribed threads spin against each other and run many times slower)."""
     tasks: dict[str, TaskConfig] = field(default_factory=lambda: {"calculator": TaskConfig()})
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
@@ -237,6 +240,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append(f"run: {cfg.run!r} must be non-empty letters, digits, '-' or '_'")
     if not cfg.broker.startswith(("memory://", "amqp://", "amqps://")):
         problems.append(f"broker: {cfg.broker!r} must start with memory://, amqp:// or amqps://")
+    if cfg.torch_threads < 0:
+        problems.append("torch_threads: must be >= 0 (0 = automatic)")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         problems.append("max_steps: must be >= 1 (or null)")
     if not cfg.tasks:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pykka
 import structlog
+import torch
 import yaml
 
 from agentrl.actors import (
@@ -121,8 +123,15 @@ class Supervisor:
             trajectory_capacity=cfg.episodes_per_batch * (cfg.staleness.max + 2),
         )
         tokenizer = load_tokenizer(model_dir)
+        threads = self._torch_threads()
+        torch.set_num_threads(threads)
         log.info(
-            "starting", run=cfg.run, roles=list(self.roles), version=version, model=str(weights)
+            "starting",
+            torch_threads=threads,
+            run=cfg.run,
+            roles=list(self.roles),
+            version=version,
+            model=str(weights),
         )
         if "learner" in self.roles:
             self._spawn(
@@ -201,6 +210,23 @@ class Supervisor:
             with metrics_path.open("a") as fh:
                 fh.write(json.dumps({"time": time.time(), **values}) + "\n")
 
+        samples_path = cfg.run_dir / "samples.jsonl"
+
+        def on_batch(version: int, batch: list) -> None:
+            """Keep the best and the worst episode of each update, decoded, for reading."""
+            ranked = sorted(batch, key=lambda t: t.reward)
+            with samples_path.open("a") as fh:
+                for t in {id(x): x for x in (ranked[-1], ranked[0])}.values():
+                    record = {
+                        "version": version,
+                        "task": t.task,
+                        "index": t.index,
+                        "status": t.status,
+                        "reward": t.reward,
+                        "text": tokenizer.decode(t.token_ids),
+                    }
+                    fh.write(json.dumps(record) + "\n")
+
         return dict(
             broker=cfg.broker,
             topology=spec,
@@ -214,9 +240,17 @@ class Supervisor:
             pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             max_steps=cfg.max_steps,
             on_metrics=on_metrics,
+            on_batch=on_batch,
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
         )
+
+    def _torch_threads(self) -> int:
+        if self.cfg.torch_threads:
+            return self.cfg.torch_threads
+        engines = sum(p.replicas for p in self.cfg.pools.values()) if "sampler" in self.roles else 0
+        compute = engines + (1 if "learner" in self.roles else 0)
+        return max(1, (os.cpu_count() or 1) // max(compute, 1))
 
     def _torch_backend(self, weights: Path) -> LearnerBackend:
         cfg, ln = self.cfg, self.cfg.learner
