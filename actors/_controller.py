@@ -78,7 +78,8 @@ class ControllerActor(pykka.ThreadingActor):
         self._latest = initial
         self._rng = random.Random(seed)
         self._orders: dict[str, tuple[list[int], int]] = {}
-        self._issued = 0
+        # Resuming at version v: the episodes of batches 1..v were issued and trained.
+        self._issued = initial.version * episodes_per_batch
         self._dropped = 0
         self._groups = 0
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}

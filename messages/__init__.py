@@ -23,6 +23,7 @@ from ._records import (
     ToolCall,
     Trajectory,
 )
+from ._support import BrokerRefused
 from ._transport import (
     BrokerUnavailable,
     Consumer,
@@ -37,6 +38,7 @@ from ._transport import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BrokerRefused",
     "BrokerUnavailable",
     "ChatMessage",
     "CheckpointQuery",

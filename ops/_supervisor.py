@@ -33,7 +33,7 @@ from agentrl.actors import (
     TorchEngine,
 )
 from agentrl.environments import ChatFormat, make_task
-from agentrl.messages import CheckpointReady, Topology, connect
+from agentrl.messages import BrokerRefused, CheckpointReady, Topology, connect
 from agentrl.trainer import (
     LearnerBackend,
     TorchLearner,
@@ -133,6 +133,8 @@ class Supervisor:
             version=version,
             model=str(weights),
         )
+        if latest is None and {"controller", "learner"} <= set(self.roles):
+            self._clear_leftovers()
         if "learner" in self.roles:
             self._spawn(
                 "learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer)
@@ -244,6 +246,26 @@ class Supervisor:
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
         )
+
+    def _clear_leftovers(self) -> None:
+        """A fresh run (no checkpoint yet) must not consume an earlier run's messages.
+
+        On RabbitMQ the queues of a run of the same name outlive it; their
+        episodes and trajectories belong to weights that no longer exist.
+        """
+        names = Topology(self.cfg.run)
+        transport = connect(self.cfg.broker, name=f"{self.cfg.run}-setup")
+        try:
+            for queue in (names.episodes, names.trajectories):
+                try:
+                    depth = transport.queue_depth(queue)
+                except BrokerRefused:  # 404: no such queue, nothing left over
+                    continue
+                if depth:
+                    log.warning("fresh run: leftover messages discarded", queue=queue, count=depth)
+                transport.delete_queue(queue)
+        finally:
+            transport.close()
 
     def _torch_threads(self) -> int:
         if self.cfg.torch_threads:
