@@ -411,3 +411,18 @@ def test_learner_dead_letters_malformed_trajectories(broker, spec, client, tmp_p
     client.consume(names.dead, lambda d: (dead.append(d), d.ack(), got.set()), prefetch=10)
     assert got.wait(10)
     assert "unknown" in dead[0].headers[REASON_HEADER]
+
+
+def test_controller_resuming_at_version_v_issues_one_window_not_v(broker, spec, client):
+    names = Topology(spec.run)
+    ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"a": TaskEntry(1.0, 5)},
+        group_size=2,
+        episodes_per_batch=4,
+        max_staleness=1,
+        initial=initial(version=3),
+    )
+    # issued starts at v * B = 12; the window allows (3 + 1 + 1) * 4 = 20: 8 new episodes
+    wait_for(lambda: client.queue_depth(names.episodes) == 8, what="one window")
