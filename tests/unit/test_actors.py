@@ -415,7 +415,7 @@ def test_learner_dead_letters_malformed_trajectories(broker, spec, client, tmp_p
 
 def test_controller_resuming_at_version_v_issues_one_window_not_v(broker, spec, client):
     names = Topology(spec.run)
-    ControllerActor.start(
+    ctl = ControllerActor.start(
         broker=broker,
         topology=spec,
         tasks={"a": TaskEntry(1.0, 5)},
@@ -426,3 +426,4 @@ def test_controller_resuming_at_version_v_issues_one_window_not_v(broker, spec, 
     )
     # issued starts at v * B = 12; the window allows (3 + 1 + 1) * 4 = 20: 8 new episodes
     wait_for(lambda: client.queue_depth(names.episodes) == 8, what="one window")
+    assert ctl.proxy().stats().get()["issued"] == 20  # admission is done inside on_start
