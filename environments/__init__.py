@@ -1,1 +1,51 @@
-"""agentrl.environments."""
+"""agentrl.environments: the Environment protocol, tool-call parsing, chat rendering, tasks.
+
+Public API:
+
+- :class:`Environment` protocol with :class:`Start`, :class:`Step`, :class:`Status`;
+- errors :class:`EnvError` > :class:`InfraError`, :class:`SessionClosed`,
+  :class:`UnknownTask`, :class:`TaskOptionsError`, :class:`MalformedToolCall`,
+  :class:`ChatTemplateError`;
+- :func:`parse_assistant` (tool calls out of sampled text);
+- :class:`ChatFormat` (chat template -> token ids, incrementally);
+- task registry :func:`make_task`, :func:`register_task`, :func:`task_names`.
+"""
+
+from agentrl.environments._chat import ChatFormat, ChatTemplateError
+from agentrl.environments._protocol import (
+    EnvError,
+    Environment,
+    InfraError,
+    MalformedToolCall,
+    SessionClosed,
+    Start,
+    Status,
+    Step,
+    TaskOptionsError,
+    UnknownTask,
+)
+from agentrl.environments._registry import make_task, register_task, task_names
+from agentrl.environments._toolcalls import parse_assistant
+
+parse_tool_calls = parse_assistant
+"""Alias under the name docs/internals.md first used."""
+
+__all__ = [
+    "ChatFormat",
+    "ChatTemplateError",
+    "EnvError",
+    "Environment",
+    "InfraError",
+    "MalformedToolCall",
+    "SessionClosed",
+    "Start",
+    "Status",
+    "Step",
+    "TaskOptionsError",
+    "UnknownTask",
+    "make_task",
+    "parse_assistant",
+    "parse_tool_calls",
+    "register_task",
+    "task_names",
+]

@@ -1,0 +1,145 @@
+"""The Environment protocol, its records, episode statuses and the error taxonomy.
+
+An environment plays task instances as multi-turn chats. The model's
+failures (a bad tool call, a limit reached) are *not* exceptions: they end
+the episode with a :class:`Status`. Exceptions are reserved for the
+environment itself breaking (:class:`InfraError`, retried by the rollout on
+a fresh environment) and for caller mistakes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentrl.messages import ChatMessage
+
+__all__ = [
+    "EnvError",
+    "Environment",
+    "InfraError",
+    "MalformedToolCall",
+    "SessionClosed",
+    "Start",
+    "Status",
+    "Step",
+    "TaskOptionsError",
+    "UnknownTask",
+]
+
+
+class Status(enum.StrEnum):
+    """How an episode stands after a step; every value but ``running`` ends it."""
+
+    RUNNING = "running"
+    """The episode goes on: the model answers the new messages."""
+    COMPLETED = "completed"
+    """The task ended normally (the reward says how well)."""
+    AGENT_CONTEXT_LIMIT = "agent_context_limit"
+    """The conversation outgrew the token budget (set by the rollout, not by envs)."""
+    AGENT_VALIDATION_FAILED = "agent_validation_failed"
+    """The assistant text held a malformed tool call (set by the rollout on MalformedToolCall)."""
+    AGENT_INVALID_ACTION = "agent_invalid_action"
+    """Well-formed but unusable action: no tool call, unknown tool, wrong arguments."""
+    TASK_LIMIT_REACHED = "task_limit_reached"
+    """The task's own limit (e.g. max turns) was reached before the end."""
+    TASK_ERROR = "task_error"
+    """The task could not judge the episode (a bug or bad data in the task)."""
+    CANCELLED = "cancelled"
+    """The episode was cancelled from outside."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """What :meth:`Environment.start` returns: a new session and its opening messages."""
+
+    session: Any
+    """Opaque session handle, passed back to ``interact`` and ``cancel``."""
+    messages: list[ChatMessage]
+    """Opening messages (system, user) the model answers first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What :meth:`Environment.interact` returns for one assistant message."""
+
+    messages: list[ChatMessage]
+    """New messages for the model (tool results, user follow-ups); may be empty at the end."""
+    status: Status
+    """``running`` while the episode goes on, else how it ended."""
+    reward: float
+    """Environment reward: 0.0 while running; the task's score (0/1 or [0, 1]) at the end."""
+    finish: bool
+    """True when the episode has ended (exactly when ``status`` is not ``running``)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Per-episode metrics (``env/<name>``), filled in on the finishing step."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One task: a numbered set of instances, the tools it offers, and its sessions.
+
+    Sessions are independent, so one environment may run many at once;
+    implementations must keep ``start``/``interact``/``cancel`` safe to call
+    from several threads for different sessions.
+    """
+
+    @property
+    def tools(self) -> list[dict]:
+        """OpenAI function schemas: ``{"type": "function", "function": {name, description,
+        parameters}}``."""
+        ...
+
+    @property
+    def num_instances(self) -> int:
+        """Number of task instances; valid indices are ``0 .. num_instances - 1``."""
+        ...
+
+    def start(self, index: int) -> Start:
+        """Open a session on instance ``index``; raises IndexError if out of range."""
+        ...
+
+    def interact(self, session: Any, message: ChatMessage) -> Step:
+        """Apply one parsed assistant message; raises SessionClosed after the end."""
+        ...
+
+    def cancel(self, session: Any) -> None:
+        """End a session early and release it; idempotent."""
+        ...
+
+
+class EnvError(Exception):
+    """Base of every error raised by agentrl.environments."""
+
+
+class InfraError(EnvError):
+    """Raised when the environment itself broke (worker died, container lost, timeout).
+
+    Not the model's fault: the rollout retries the episode on a fresh environment.
+    """
+
+
+class SessionClosed(EnvError):
+    """Raised when ``interact`` is called on a session that already ended or was cancelled."""
+
+
+class UnknownTask(EnvError, LookupError):
+    """Raised by ``make_task`` for a name no factory is registered under."""
+
+
+class TaskOptionsError(EnvError, TypeError):
+    """Raised by ``make_task`` when the options do not fit the task factory's signature."""
+
+
+class MalformedToolCall(EnvError, ValueError):
+    """Raised by ``parse_assistant`` when the text holds a tool call that cannot be read.
+
+    A model failure, not an infra one: the rollout ends the episode with
+    ``agent_validation_failed`` (and the penalty) instead of crashing.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        """Why the call could not be read (shown in logs and episode metrics)."""

@@ -1,0 +1,67 @@
+"""Task registry: task names to environment factories.
+
+Built-in tasks are listed as ``"module:attribute"`` strings and imported on
+first use, so importing agentrl.environments stays cheap and side-effect free
+and a task with heavy dependencies costs nothing until it is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from agentrl.environments._protocol import Environment, TaskOptionsError, UnknownTask
+
+__all__ = ["make_task", "register_task", "task_names"]
+
+TaskFactory = Callable[..., Environment]
+
+_BUILTIN: dict[str, str] = {
+    "calculator": "agentrl.environments._calculator:CalculatorTask",
+}
+
+_lock = threading.Lock()
+_factories: dict[str, TaskFactory | str] = dict(_BUILTIN)
+
+
+def register_task(name: str, factory: TaskFactory, *, replace: bool = False) -> None:
+    """Register ``factory`` (called with the task options) under ``name``.
+
+    Raises ValueError if the name is taken and ``replace`` is False.
+    """
+    with _lock:
+        if name in _factories and not replace:
+            raise ValueError(f"task {name!r} is already registered")
+        _factories[name] = factory
+
+
+def task_names() -> list[str]:
+    """Names of every registered task, sorted."""
+    with _lock:
+        return sorted(_factories)
+
+
+def make_task(name: str, **options: Any) -> Environment:
+    """Build the environment of task ``name`` with ``options``.
+
+    Raises UnknownTask (listing the known names) for an unregistered name and
+    TaskOptionsError when the options do not fit the factory's signature.
+    """
+    with _lock:
+        entry = _factories.get(name)
+    if entry is None:
+        raise UnknownTask(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
+    factory = _load(entry) if isinstance(entry, str) else entry
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as exc:
+        raise TaskOptionsError(f"task {name!r}: bad options {sorted(options)}: {exc}") from exc
+    return factory(**options)
+
+
+def _load(ref: str) -> TaskFactory:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
