@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentrl.trainer import TrainBatch, checkpoint_digest
 
-from ._engine import EngineClosed, Generation
+from ._engine import EngineClosed, EngineError, Generation
 
 __all__ = ["FakeBackend", "ScriptedEngine"]
 
@@ -75,7 +75,13 @@ class ScriptedEngine:
         return future
 
     def _generate(self, future, prompt_ids, max_new_tokens, stop_ids, version) -> None:
-        tokens = list(self._respond(prompt_ids, version))[:max_new_tokens]
+        try:
+            tokens = list(self._respond(prompt_ids, version))[:max_new_tokens]
+        except BaseException as exc:  # the "model" broke: the request fails, like a real engine
+            with self._lock:
+                self._pending.discard(future)
+            future.set_exception(EngineError(f"scripted response failed: {exc!r}"))
+            return
         finish = "length"
         for i, tok in enumerate(tokens):
             if tok in stop_ids:

@@ -156,18 +156,18 @@ def test_controller_answers_checkpoint_queries_and_dead_letters_garbage(broker, 
 
 def calculator_script(tokenizer, eot: int, mode: str):
     """A 'model' that solves the calculator task (or fails it in a chosen way)."""
-    from agentrl.environments._calculator import evaluate
+    from agentrl.environments._arith import evaluate
 
     def respond(prompt_ids: list[int], version: int) -> list[int]:
-        text = tokenizer.decode(prompt_ids)
+        # the last question (the opening turns hold a solved demo of the format)
+        text = tokenizer.decode(prompt_ids).rsplit("<|im_start|>user", 1)[1]
+        expr = re.search(r'compute "([^"]+)"', text).group(1)
         if mode == "malformed":
             reply = '<tool_call>{"name": "calculate", "arguments": {</tool_call>'
         elif "<|im_start|>tool" not in text:
-            expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
             args = f'{{"expression": "{expr}"}}'
             reply = f'<tool_call>{{"name": "calculate", "arguments": {args}}}</tool_call>'
         else:
-            expr = re.findall(r"Compute:? ([0-9+\-*/() ]+)", text)[-1].strip()
             value = float(evaluate(expr)) + (1 if mode == "wrong" else 0)
             reply = (
                 f'<tool_call>{{"name": "answer", "arguments": {{"value": {value}}}}}</tool_call>'
