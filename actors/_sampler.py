@@ -27,6 +27,7 @@ from agentrl.messages import (
     GenerateResult,
     Topology,
     TransportError,
+    Unroutable,
     connect,
     decode,
     encode,
@@ -181,9 +182,18 @@ class SamplerActor(pykka.ThreadingActor):
 
 
 def _settle(delivery: Delivery, sent) -> None:
-    """Ack a request once its reply is confirmed; requeue it if the reply was lost."""
-    if sent.exception() is None:
+    """Ack a request once its reply is confirmed; requeue it if the reply was lost.
+
+    A reply that is unroutable means the requester (and its reply queue) is gone,
+    e.g. a request left in the queue by an earlier process: nobody waits for it,
+    so it is acked, with a log line, instead of being requeued forever.
+    """
+    error = sent.exception()
+    if error is None:
+        delivery.ack()
+    elif isinstance(error, Unroutable):
+        log.info("requester gone; request dropped", reply_to=delivery.reply_to)
         delivery.ack()
     else:
-        log.warning("reply not confirmed; request requeued", error=repr(sent.exception()))
+        log.warning("reply not confirmed; request requeued", error=repr(error))
         delivery.nack(requeue=True)

@@ -24,6 +24,8 @@ from agentrl.messages import (
     CheckpointQuery,
     CheckpointReady,
     EpisodeRequest,
+    GenerateRequest,
+    GenerateResult,
     MetricsReport,
     Topology,
     Trajectory,
@@ -427,3 +429,27 @@ def test_controller_resuming_at_version_v_issues_one_window_not_v(broker, spec, 
     # issued starts at v * B = 12; the window allows (3 + 1 + 1) * 4 = 20: 8 new episodes
     wait_for(lambda: client.queue_depth(names.episodes) == 8, what="one window")
     assert ctl.proxy().stats().get()["issued"] == 20  # admission is done inside on_start
+
+
+def test_sampler_drops_a_request_whose_requester_is_gone(broker, spec, client):
+    """A request left behind by a dead process must not bounce between samplers forever."""
+    names = Topology(spec.run)
+    engine = ScriptedEngine(lambda p, v: [5, 6])
+    ref = SamplerActor.start(
+        broker=broker,
+        topology=spec,
+        pool="current",
+        every=1,
+        engine_factory=lambda: engine,
+        sampler_id="s0",
+        query_timeout=0.2,
+    )
+    req = GenerateRequest("r1", "e1", [1, 2, 3], 4, 1.0, 1.0, [6])
+    body = encode(req, run=spec.run)
+    client.publish(
+        names.generate, "current", body, reply_to=f"{spec.run}.gone", correlation_id="c1"
+    ).result(5)
+    reply = client.call(names.generate, "current", body, timeout=10).result(11)
+    assert decode(reply.body, expect=GenerateResult).payload.token_ids == [5, 6]
+    assert ref.proxy().stats().get()["served"] == 2  # the orphan was served once, not requeued
+    assert client.queue_depth(names.generate_queue("current")) == 0
