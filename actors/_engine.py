@@ -70,6 +70,18 @@ class WeightsMismatch(EngineError):
     """Raised by load() when a checkpoint's tensors do not fit the engine's model."""
 
 
+def check_request(prompt_ids, max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """Raise ValueError for request parameters no engine accepts (shared by every engine)."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
 class SamplerEngine(Protocol):
     """What a sampler needs from an engine. Every method is thread-safe."""
 
@@ -162,14 +174,7 @@ class TorchEngine:
         seed: int | None = None,
     ) -> Future[Generation]:
         """Queue a request; the future resolves with its `Generation`."""
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         row = _Row(
             prompt_ids=list(prompt_ids),
             max_new_tokens=max_new_tokens,

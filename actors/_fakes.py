@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentrl.trainer import TrainBatch, checkpoint_digest
 
-from ._engine import EngineClosed, EngineError, Generation
+from ._engine import EngineClosed, EngineError, Generation, check_request
 
 __all__ = ["FakeBackend", "ScriptedEngine"]
 
@@ -59,10 +59,7 @@ class ScriptedEngine:
         stop_ids: Sequence[int],
         seed: int | None = None,
     ) -> Future[Generation]:
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         with self._lock:
             if self._closed:
                 raise EngineClosed("engine closed")

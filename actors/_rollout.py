@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pykka
 import structlog
@@ -191,7 +191,7 @@ class RolloutActor(pykka.ThreadingActor):
                 log.warning(
                     "infra failure; episode re-issued", episode=req.episode_id, error=str(exc)
                 )
-                retry = _replace_attempt(req)
+                retry = replace(req, attempt=req.attempt + 1)
                 self._publish("", self._names.episodes, retry)
                 delivery.ack()
                 return
@@ -267,14 +267,8 @@ class RolloutActor(pykka.ThreadingActor):
             if not finished:
                 env.cancel(start.session)
         self._bump("turns", len(pools))
-        return Trajectory(
-            episode_id=req.episode_id,
-            group_id=req.group_id,
-            task=req.task,
-            index=req.index,
-            sample_idx=req.sample_idx,
-            group_size=req.group_size,
-            issued_version=req.issued_version,
+        return _trajectory(
+            req,
             token_ids=ids,
             loss_mask=mask,
             logprobs=logps,
@@ -316,14 +310,8 @@ class RolloutActor(pykka.ThreadingActor):
         return result
 
 
-def _replace_attempt(req: EpisodeRequest) -> EpisodeRequest:
-    from dataclasses import replace
-
-    return replace(req, attempt=req.attempt + 1)
-
-
-def _infra_trajectory(req: EpisodeRequest, penalty: float) -> Trajectory:
-    """The record of an episode lost to infrastructure: no tokens, left out of its group."""
+def _trajectory(req: EpisodeRequest, **outcome) -> Trajectory:
+    """A Trajectory carrying the request's identity fields plus the episode's outcome."""
     return Trajectory(
         episode_id=req.episode_id,
         group_id=req.group_id,
@@ -332,6 +320,14 @@ def _infra_trajectory(req: EpisodeRequest, penalty: float) -> Trajectory:
         sample_idx=req.sample_idx,
         group_size=req.group_size,
         issued_version=req.issued_version,
+        **outcome,
+    )
+
+
+def _infra_trajectory(req: EpisodeRequest, penalty: float) -> Trajectory:
+    """The record of an episode lost to infrastructure: no tokens, left out of its group."""
+    return _trajectory(
+        req,
         token_ids=[],
         loss_mask=[],
         logprobs=[],
