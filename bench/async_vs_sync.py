@@ -118,7 +118,7 @@ def run_once(eta: int, args, tokenizer, out_dir: Path) -> dict[str, float]:
     sup = Supervisor(
         cfg,
         make_engine=make_engine_factory(tokenizer, args.ms_per_token, args.seed),
-        make_backend=lambda weights: backend,
+        make_backend=lambda weights, version: backend,
     )
     start = time.monotonic()
     code = sup.run(progress_every=3600, install_signals=False)

@@ -71,10 +71,13 @@ class Supervisor:
         roles: tuple[str, ...] = ROLES,
         *,
         make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
-        make_backend: Callable[[Path], LearnerBackend] | None = None,
+        make_backend: Callable[[Path, int], LearnerBackend] | None = None,
     ) -> None:
-        """`make_engine(weights, version, max_batch)` and `make_backend(weights)` replace the
-        torch engine and learner (the scheduling benchmark plugs simulated ones in)."""
+        """Run `roles` of `cfg` on this node.
+
+        `make_engine(weights, version, max_batch)` and `make_backend(weights, version)`
+        replace the torch engine and learner (the scheduling benchmark plugs in simulated ones).
+        """
         unknown = set(roles) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown roles {sorted(unknown)}; known: {', '.join(ROLES)}")
@@ -232,7 +235,7 @@ class Supervisor:
         return dict(
             broker=cfg.broker,
             topology=spec,
-            backend_factory=functools.partial(self._make_backend, weights),
+            backend_factory=functools.partial(self._make_backend, weights, version),
             checkpoint_dir=cfg.run_dir / "checkpoints",
             start_version=version,
             group_size=cfg.rollout.group_size,
@@ -274,7 +277,7 @@ class Supervisor:
         compute = engines + (1 if "learner" in self.roles else 0)
         return max(1, (os.cpu_count() or 1) // max(compute, 1))
 
-    def _torch_backend(self, weights: Path) -> LearnerBackend:
+    def _torch_backend(self, weights: Path, version: int) -> LearnerBackend:
         cfg, ln = self.cfg, self.cfg.learner
         return TorchLearner(
             weights,
@@ -290,6 +293,7 @@ class Supervisor:
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,
+            version=version,
         )
 
     def _torch_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:

@@ -43,5 +43,8 @@ def run_smoke(tmp_path: Path, broker: str, run: str, steps: int = 2) -> list[dic
     for m in metrics:
         assert m["rollout/episodes"] == 4
         assert "env/calculator/reward" in m and "learner/step_time" in m
-        assert abs(m["rollout/logprob_gap"]) < 1e-3  # fp32 engine and fp32 learner agree
+    # fp32 engine and fp32 learner agree on tokens sampled by the learner's own version
+    # (update 1 trains on version-0 tokens only, so the metric is there at least once)
+    gaps = [m["rollout/logprob_gap_current"] for m in metrics if "rollout/logprob_gap_current" in m]
+    assert gaps and max(gaps) < 1e-3, gaps
     return metrics

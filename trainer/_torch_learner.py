@@ -14,7 +14,11 @@ Metrics returned by ``step`` (documented here, and only here):
 - ``learner/tokens``: number of trained tokens in the batch.
 - ``learner/micro_batches``: number of forward/backward passes.
 - ``rollout/logprob_gap``: mean |learner logp - rollout logp| on trained tokens,
-  measured with the weights *before* the update (sampler/learner mismatch).
+  measured with the weights *before* the update. On stale tokens this includes
+  the policy's own drift since they were sampled.
+- ``rollout/logprob_gap_current``: the same on tokens sampled by the learner's
+  current version only: pure sampler/learner mismatch (precision, kernels),
+  ~0 when both run fp32 (absent when the batch has no such token).
 """
 
 from __future__ import annotations
@@ -119,6 +123,7 @@ class TorchLearner:
         dtype: str = "float32",
         seed: int = 0,
         gradient_checkpointing: bool = False,
+        version: int = 0,
     ) -> None:
 
         if dtype not in _DTYPES:
@@ -133,6 +138,7 @@ class TorchLearner:
         self.micro_batch_tokens = micro_batch_tokens
         self.device = torch.device(device)
         self.steps = 0  # optimiser updates done so far
+        self.version = version  # policy version of the current weights (+1 per step)
 
         torch.manual_seed(seed)  # global RNG: only dropout (if any) draws from it
         self.model = load_causal_lm(self.model_dir, dtype=_DTYPES[dtype])
@@ -168,6 +174,7 @@ class TorchLearner:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
+        self.version += 1
         metrics["learner/grad_norm"] = float(grad_norm)
         return metrics
 
@@ -180,7 +187,19 @@ class TorchLearner:
         """
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(
-            ("pg", "kl", "gap", "entropy", "clip", "dual", "ratio", "approx_kl"), 0.0
+            (
+                "pg",
+                "kl",
+                "gap",
+                "gap_cur",
+                "n_cur",
+                "entropy",
+                "clip",
+                "dual",
+                "ratio",
+                "approx_kl",
+            ),
+            0.0,
         )
         count = 0
         for micro in micro_batches(batch, self.micro_batch_tokens):
@@ -208,7 +227,11 @@ class TorchLearner:
 
             with torch.no_grad():
                 sums["pg"] += pg_sum.detach().item()
-                sums["gap"] += ((logp.detach() - old_logp).abs() * mask).sum().item()
+                gap = (logp.detach() - old_logp).abs() * mask
+                sums["gap"] += gap.sum().item()
+                current = micro.versions.to(self.device) == self.version
+                sums["gap_cur"] += (gap * current).sum().item()
+                sums["n_cur"] += (mask * current).sum().item()
                 entropy = token_entropy(logits.detach(), self.temperature)
                 sums["entropy"] += (entropy * mask).sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
@@ -230,6 +253,8 @@ class TorchLearner:
             "learner/micro_batches": float(count),
             "rollout/logprob_gap": sums["gap"] / denom,
         }
+        if sums["n_cur"]:
+            metrics["rollout/logprob_gap_current"] = sums["gap_cur"] / sums["n_cur"]
         if self.reference is not None:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics

@@ -134,6 +134,18 @@ def test_logprob_gap_is_zero_on_policy_and_measured_before_update(model_dir: Pat
     assert learner.step(stale)["rollout/logprob_gap"] == pytest.approx(expected_gap, rel=1e-4)
 
 
+def test_logprob_gap_current_counts_only_tokens_of_the_learners_version(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-2)  # weights are version 0
+    batch = on_policy(learner, make_batch())  # every trained token sampled by version 0
+    metrics = learner.step(batch)
+    assert metrics["rollout/logprob_gap_current"] == pytest.approx(0.0, abs=1e-5)
+    assert learner.version == 1
+    # now at version 1, a batch sampled by version 0 has no current tokens: no such metric
+    assert "rollout/logprob_gap_current" not in learner.step(make_batch())
+    resumed = TorchLearner(model_dir, lr=1e-2, version=7)
+    assert "rollout/logprob_gap_current" not in resumed.step(on_policy(resumed, make_batch()))
+
+
 def test_micro_batches_give_the_gradient_of_one_big_batch(model_dir: Path) -> None:
     batch = make_batch()
     whole = TorchLearner(model_dir, micro_batch_tokens=10_000)
