@@ -33,7 +33,7 @@ from agentrl.messages import (
     encode,
 )
 
-from ._wire import TopologySpec, declare, decode_or_dead_letter, wait_all
+from ._wire import TopologySpec, declare, decode_or_dead_letter, subscribe, wait_all
 
 log = structlog.get_logger(__name__)
 
@@ -91,12 +91,13 @@ class ControllerActor(pykka.ThreadingActor):
         self._transport = connect(self._broker, name=f"{self._spec.run}-controller")
         declare(self._transport, self._spec)
         ref = self.actor_ref
-        ckpt_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
-        self._transport.bind(ckpt_q, self._names.checkpoints)
-        self._transport.consume(ckpt_q, lambda d: ref.tell(("checkpoint", d)), prefetch=16)
-        ctl_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
-        self._transport.bind(ctl_q, self._names.control, "metrics.learner")
-        self._transport.consume(ctl_q, lambda d: ref.tell(("metrics", d)), prefetch=16)
+        subscribe(self._transport, self._names.checkpoints, lambda d: ref.tell(("checkpoint", d)))
+        subscribe(
+            self._transport,
+            self._names.control,
+            lambda d: ref.tell(("metrics", d)),
+            routing_key="metrics.learner",
+        )
         self._transport.consume(
             self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16
         )

@@ -35,7 +35,7 @@ from agentrl.messages import (
 from agentrl.trainer import checkpoint_digest
 
 from ._engine import EngineClosed, SamplerEngine
-from ._wire import TopologySpec, declare, decode_or_dead_letter
+from ._wire import TopologySpec, declare, decode_or_dead_letter, subscribe
 
 log = structlog.get_logger(__name__)
 
@@ -77,9 +77,12 @@ class SamplerActor(pykka.ThreadingActor):
         self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
         declare(self._transport, self._spec)
         ref = self.actor_ref
-        ckpt_q = self._transport.declare_queue("", exclusive=True, dead_letter=False)
-        self._transport.bind(ckpt_q, self._names.checkpoints)
-        self._transport.consume(ckpt_q, lambda d: ref.tell(("checkpoint", d)), prefetch=4)
+        subscribe(
+            self._transport,
+            self._names.checkpoints,
+            lambda d: ref.tell(("checkpoint", d)),
+            prefetch=4,
+        )
         self._catch_up()
         self._transport.consume(
             self._names.generate_queue(self._pool), self._on_request, prefetch=self._prefetch

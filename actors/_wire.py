@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -12,7 +12,7 @@ from agentrl.messages import Delivery, MessageError, Topology, Transport, Unrout
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["TopologySpec", "broadcast", "declare", "decode_or_dead_letter", "wait_all"]
+__all__ = ["TopologySpec", "broadcast", "declare", "decode_or_dead_letter", "subscribe", "wait_all"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,17 @@ def broadcast(transport: Transport, exchange: str, routing_key: str, body: bytes
         log.debug("broadcast had no listeners", exchange=exchange, routing_key=routing_key)
         return False
     return True
+
+
+def subscribe(
+    transport: Transport,
+    exchange: str,
+    on_message: Callable[[Delivery], None],
+    *,
+    routing_key: str = "",
+    prefetch: int = 16,
+) -> None:
+    """Receive an exchange's broadcasts on a queue of this connection's own (exclusive)."""
+    queue = transport.declare_queue("", exclusive=True, dead_letter=False)
+    transport.bind(queue, exchange, routing_key)
+    transport.consume(queue, on_message, prefetch=prefetch)
