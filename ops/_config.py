@@ -168,7 +168,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a mapping into a RunConfig; raises ConfigError listing every problem."""
     problems: list[str] = []
     cfg = _build(RunConfig, raw, "", problems)
-    if not problems:
+    if cfg is not None:
+        # Fields with a type problem fell back to their defaults, so the semantic checks
+        # still see every other value: one pass reports everything.
         _check_semantics(cfg, problems)
     if problems:
         raise ConfigError(problems, source)
@@ -177,10 +179,14 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
 
 # --- generic typed parsing -------------------------------------------------------------
 
+_INVALID = object()
+"""A value with a type problem (already reported); the field keeps its default."""
+
 
 def _build(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
     if not isinstance(raw, dict):
-        problems.append(f"{where or 'top level'}: expected a mapping, got {type(raw).__name__}")
+        label = where.rstrip(".") or "top level"
+        problems.append(f"{label}: expected a mapping, got {type(raw).__name__}")
         return None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -194,7 +200,9 @@ def _build(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 problems.append(f"{where}{name}: required")
             continue
-        values[name] = _convert(hints[name], raw[name], f"{where}{name}", problems)
+        value = _convert(hints[name], raw[name], f"{where}{name}", problems)
+        if value is not _INVALID:
+            values[name] = value
     try:
         return cls(**values)
     except TypeError:  # a required field is missing: already reported
@@ -210,15 +218,17 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(inner, value, where, problems)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, f"{where}.", problems)
+        built = _build(tp, value, f"{where}.", problems)
+        return _INVALID if built is None else built
     if origin is dict:
         _key_tp, val_tp = typing.get_args(tp)
         if not isinstance(value, dict):
             problems.append(f"{where}: expected a mapping, got {type(value).__name__}")
-            return {}
+            return _INVALID
         if val_tp is Any:
             return dict(value)
-        return {str(k): _convert(val_tp, v, f"{where}.{k}", problems) for k, v in value.items()}
+        items = {str(k): _convert(val_tp, v, f"{where}.{k}", problems) for k, v in value.items()}
+        return {k: v for k, v in items.items() if v is not _INVALID}
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):
@@ -229,7 +239,7 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
     if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and type(value) is bool):
         return value
     problems.append(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
-    return value
+    return _INVALID
 
 
 def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
