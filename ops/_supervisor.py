@@ -47,7 +47,7 @@ from ._progress import Progress
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["ROLES", "Supervisor", "latest_checkpoint"]
+__all__ = ["ROLES", "Supervisor", "latest_checkpoint", "torch_engine"]
 
 ROLES = ("controller", "rollout", "sampler", "learner")
 
@@ -60,6 +60,17 @@ def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
         if p.is_dir() and (p / "DIGEST").exists()
     ]
     return max(found) if found else None
+
+
+def torch_engine(
+    weights: Path, version: int, max_batch: int, *, dtype: str, seed: int
+) -> SamplerEngine:
+    """The CPU sampler engine on `weights`, its generations labelled `version`.
+
+    The signature (after `dtype` and `seed` are bound) is the `make_engine` of
+    `Supervisor` and of `evaluate`.
+    """
+    return TorchEngine(weights, max_batch=max_batch, dtype=dtype, seed=seed, version=version)
 
 
 class Supervisor:
@@ -297,10 +308,9 @@ class Supervisor:
         )
 
     def _torch_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
-        cfg = self.cfg
-        engine = TorchEngine(weights, max_batch=max_batch, dtype=cfg.learner.dtype, seed=cfg.seed)
-        engine.version = version
-        return engine
+        return torch_engine(
+            weights, version, max_batch, dtype=self.cfg.learner.dtype, seed=self.cfg.seed
+        )
 
     def _spawn(self, name: str, cls, **kwargs) -> None:
         ref = cls.start(**kwargs)

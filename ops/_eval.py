@@ -1,0 +1,376 @@
+"""Evaluate a checkpoint: pass rate per task, the mean over k runs, on the training code path.
+
+`evaluate` starts one `SamplerActor` (the supervisor's engine construction) and
+one `RolloutActor` on a fresh `memory://` broker, publishes `EpisodeRequest`s
+and reads the `Trajectory`s back from the trajectories queue, so an evaluated
+episode is exactly a training episode: same environments, chat rendering,
+tool-call parsing, limits and statuses.
+
+Instances: episode i of every run is instance index i of the task, so all runs
+see the same `episodes` instances and differ only by sampling randomness (at
+temperature 0 they are identical). Held-out instances come from task options
+(e.g. the calculator's `seed`), never from a different index range.
+
+Numbers per task: the pass rate of each run (success as `agentrl.actors.is_success`
+defines it), their mean and sample (Bessel-corrected) std over runs (0 for one
+run), and over all episodes of all runs: mean reward (`Trajectory.reward`, the
+penalty rule applied, as `env/<task>/reward` in training), mean assistant turns
+and the count of each status. Each episode is its own group of one
+(`group_size` 1, `issued_version` 0); nothing outside the learner needs groups.
+
+Sampling seeds come from the engine's seed stream in the order requests reach
+it, so with `concurrency` > 1 a run at temperature > 0 is not bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agentrl.actors import (
+    EpisodeLimits,
+    RolloutActor,
+    SamplerActor,
+    SamplerEngine,
+    TopologySpec,
+    declare,
+    is_success,
+)
+from agentrl.environments import ChatFormat, EnvError, Environment, make_task
+from agentrl.messages import (
+    CheckpointQuery,
+    CheckpointReady,
+    Delivery,
+    EpisodeRequest,
+    Trajectory,
+    connect,
+    decode,
+    encode,
+)
+from agentrl.messages._memory import reset_memory_broker
+from agentrl.trainer import load_tokenizer
+
+from ._supervisor import torch_engine
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["EvalError", "EvalReport", "TaskResult", "eval_problems", "evaluate", "format_table"]
+
+_POOL = "eval"
+
+
+class EvalError(Exception):
+    """Raised when the evaluation cannot run (bad arguments) or an actor stopped mid-way."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The numbers of one task."""
+
+    task: str
+    options: dict[str, Any]
+    """The task options the environment was built with."""
+    runs: int
+    episodes: int
+    """Episodes per run (instances 0 .. episodes-1)."""
+    pass_rates: tuple[float, ...]
+    """Pass rate of each run, `[runs]`."""
+    pass_rate_mean: float
+    pass_rate_std: float
+    """Sample std over runs; 0.0 for a single run."""
+    reward_mean: float
+    """Mean `Trajectory.reward` over all episodes of all runs."""
+    turns_mean: float
+    """Mean assistant turns over all episodes of all runs."""
+    statuses: dict[str, int]
+    """Episodes per status over all runs."""
+    solved_per_instance: tuple[int, ...]
+    """Runs in which instance i succeeded, `[episodes]` (for pass@k)."""
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """An evaluation: the settings and one `TaskResult` per task, in the order given."""
+
+    checkpoint: str
+    runs: int
+    episodes: int
+    temperature: float
+    max_turns: int
+    max_tokens: int
+    max_new_tokens: int
+    seed: int
+    seconds: float
+    """Wall time of the episodes (model loading included)."""
+    tasks: dict[str, TaskResult]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def eval_problems(
+    tasks: Mapping[str, Mapping[str, Any]],
+    *,
+    episodes: int,
+    runs: int,
+    temperature: float,
+    max_turns: int,
+    max_tokens: int,
+    max_new_tokens: int,
+    concurrency: int = 1,
+) -> list[str]:
+    """Every problem with these arguments (empty when `evaluate` can run them)."""
+    problems = []
+    if not tasks:
+        problems.append("tasks: at least one task is needed")
+    if runs < 1:
+        problems.append(f"runs: must be >= 1, got {runs}")
+    if episodes < 1:
+        problems.append(f"episodes: must be >= 1, got {episodes}")
+    if temperature < 0:
+        problems.append(f"temperature: must be >= 0, got {temperature}")
+    if max_turns < 1:
+        problems.append(f"max_turns: must be >= 1, got {max_turns}")
+    if max_new_tokens < 1 or max_tokens <= max_new_tokens:
+        problems.append("max_tokens: must exceed max_new_tokens (both >= 1)")
+    if concurrency < 1:
+        problems.append(f"concurrency: must be >= 1, got {concurrency}")
+    for name, options in tasks.items():
+        try:
+            env = make_task(name, **options)
+        except (EnvError, ValueError, TypeError) as exc:
+            problems.append(f"task {name}: {exc}")
+            continue
+        if episodes > env.num_instances:
+            problems.append(
+                f"task {name}: {episodes} episodes per run but only {env.num_instances} instances"
+            )
+    return problems
+
+
+def evaluate(
+    checkpoint: Path,
+    tasks: Mapping[str, Mapping[str, Any]],
+    *,
+    episodes: int,
+    runs: int,
+    temperature: float = 0.8,
+    max_turns: int = 4,
+    max_tokens: int = 1024,
+    max_new_tokens: int = 128,
+    seed: int = 0,
+    concurrency: int = 16,
+    dtype: str = "float32",
+    make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> EvalReport:
+    """Run `runs` x `episodes` episodes of each task on the weights in `checkpoint`.
+
+    `tasks` maps a task name to its options (`make_task(name, **options)`).
+    `make_engine(weights, version, max_batch)` replaces the torch engine (tests
+    use a scripted one). `on_progress(done, total)` is called from this thread
+    whenever more episodes have finished. Raises EvalError listing every problem
+    with the arguments, or when an actor stops before the last episode.
+    """
+    problems = eval_problems(
+        tasks,
+        episodes=episodes,
+        runs=runs,
+        temperature=temperature,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        max_new_tokens=max_new_tokens,
+        concurrency=concurrency,
+    )
+    if problems:
+        raise EvalError("; ".join(problems))
+    checkpoint = Path(checkpoint)
+    make_engine = make_engine or functools.partial(torch_engine, dtype=dtype, seed=seed)
+    requests, run_of = [], {}
+    for run in range(runs):
+        for task in tasks:
+            for index in range(episodes):
+                episode_id = f"{task}-r{run}-i{index}"
+                run_of[episode_id] = run
+                requests.append(
+                    EpisodeRequest(
+                        episode_id=episode_id,
+                        task=task,
+                        index=index,
+                        group_id=episode_id,
+                        sample_idx=0,
+                        group_size=1,
+                        issued_version=0,
+                    )
+                )
+    t0 = time.monotonic()
+    trajectories = _run_episodes(
+        checkpoint,
+        {name: make_task(name, **options) for name, options in tasks.items()},
+        requests,
+        limits=EpisodeLimits(
+            max_turns=max_turns,
+            max_tokens=max_tokens,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+        ),
+        engine_factory=functools.partial(make_engine, checkpoint, 0, concurrency),
+        concurrency=concurrency,
+        seed=seed,
+        on_progress=on_progress,
+    )
+    seconds = time.monotonic() - t0
+    results = {}
+    for name, options in tasks.items():
+        per_run: list[list[Trajectory]] = [[] for _ in range(runs)]
+        for t in trajectories:
+            if t.task == name:
+                per_run[run_of[t.episode_id]].append(t)
+        results[name] = _task_result(name, dict(options), per_run, episodes)
+    return EvalReport(
+        checkpoint=str(checkpoint),
+        runs=runs,
+        episodes=episodes,
+        temperature=temperature,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        seconds=seconds,
+        tasks=results,
+    )
+
+
+def _task_result(
+    name: str, options: dict[str, Any], per_run: list[list[Trajectory]], episodes: int
+) -> TaskResult:
+    everything = [t for run in per_run for t in run]
+    rates = tuple(statistics.fmean(is_success(t) for t in run) for run in per_run)
+    solved = Counter(t.index for t in everything if is_success(t))
+    return TaskResult(
+        task=name,
+        options=options,
+        runs=len(per_run),
+        episodes=episodes,
+        pass_rates=rates,
+        pass_rate_mean=statistics.fmean(rates),
+        pass_rate_std=statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        reward_mean=statistics.fmean(t.reward for t in everything),
+        turns_mean=statistics.fmean(t.num_turns for t in everything),
+        statuses=dict(sorted(Counter(t.status for t in everything).items())),
+        solved_per_instance=tuple(solved[i] for i in range(episodes)),
+    )
+
+
+def _run_episodes(
+    weights: Path,
+    environments: dict[str, Environment],
+    requests: list[EpisodeRequest],
+    *,
+    limits: EpisodeLimits,
+    engine_factory: Callable[[], SamplerEngine],
+    concurrency: int,
+    seed: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[Trajectory]:
+    """Publish `requests` to a sampler + rollout pair on a fresh broker; their trajectories."""
+    broker_name = f"eval-{uuid.uuid4().hex[:8]}"
+    broker = f"memory://{broker_name}"
+    spec = TopologySpec(run="eval", pools=(_POOL,), trajectory_capacity=len(requests))
+    transport = connect(broker, name="eval-client")
+    names = declare(transport, spec)
+    received: dict[str, Trajectory] = {}  # by episode_id: a redelivery is counted once
+    lock = threading.Lock()
+    all_in = threading.Event()
+
+    def on_trajectory(delivery: Delivery) -> None:
+        traj = decode(delivery.body, expect=Trajectory).payload
+        with lock:
+            received[traj.episode_id] = traj
+            if len(received) == len(requests):
+                all_in.set()
+        delivery.ack()
+
+    def on_query(delivery: Delivery) -> None:
+        # The sampler's start-up question to the controller: the weights it has are the latest.
+        decode(delivery.body, expect=CheckpointQuery)
+        ready = CheckpointReady(version=0, uri=str(weights), digest="", created_at=time.time())
+        transport.reply(delivery, encode(ready, run=spec.run))
+        delivery.ack()
+
+    refs = []
+    try:
+        transport.consume(names.control_rpc, on_query, prefetch=1)
+        transport.consume(names.trajectories, on_trajectory, prefetch=concurrency)
+        refs.append(
+            SamplerActor.start(
+                broker=broker,
+                topology=spec,
+                pool=_POOL,
+                every=1,
+                engine_factory=engine_factory,
+                sampler_id="eval-sampler",
+                prefetch=2 * concurrency,
+            )
+        )
+        refs.append(
+            RolloutActor.start(
+                broker=broker,
+                topology=spec,
+                environments=environments,
+                chat_format=ChatFormat(load_tokenizer(weights)),
+                pool_weights={_POOL: 1.0},
+                limits=limits,
+                concurrency=concurrency,
+                rollout_id="eval-rollout",
+                seed=seed,
+            )
+        )
+        sent = [transport.publish("", names.episodes, encode(r, run=spec.run)) for r in requests]
+        for future in sent:
+            future.result()
+        reported = -1
+        while not all_in.wait(timeout=0.5):
+            with lock:
+                done = len(received)
+            if on_progress is not None and done != reported:
+                on_progress(done, len(requests))
+                reported = done
+            if not all(ref.is_alive() for ref in refs):
+                raise EvalError(
+                    f"an actor stopped after {done} of {len(requests)} episodes (see the log)"
+                )
+        if on_progress is not None:
+            on_progress(len(requests), len(requests))
+    finally:
+        for ref in reversed(refs):  # rollout first: no new generate requests
+            if ref.is_alive():
+                ref.stop(block=True, timeout=60)
+        transport.close()
+        reset_memory_broker(broker_name)
+    return list(received.values())
+
+
+def format_table(report: EvalReport) -> str:
+    """A markdown table: one row per task."""
+    lines = [
+        "| task | runs | episodes/run | pass rate (mean ± std) | reward | turns |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report.tasks.values():
+        lines.append(
+            f"| {r.task} | {r.runs} | {r.episodes} | {r.pass_rate_mean:.3f} ± "
+            f"{r.pass_rate_std:.3f} | {r.reward_mean:+.3f} | {r.turns_mean:.2f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,158 @@
+"""`agentrl`: commands around a run; `agentrl eval` evaluates a checkpoint.
+
+    agentrl eval --checkpoint runs/local/checkpoints/v000028 --tasks calculator \\
+        --runs 4 --episodes 32 --task-option calculator.seed=1 --out runs/local/eval.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.trainer import ModelError, resolve_model
+
+from ._eval import EvalError, eval_problems, evaluate, format_table
+from ._logging import configure_logging
+
+__all__ = ["main"]
+
+
+_NUMBERS: dict[str, tuple[type, int | float, str]] = {  # option: (type, default, help)
+    "runs": (int, 4, "runs per task"),
+    "episodes": (int, 32, "episodes per run: instances 0 .. N-1 of each task"),
+    "temperature": (float, 0.8, "sampling temperature (0 = greedy)"),
+    "max_turns": (int, 4, "assistant turns per episode"),
+    "max_tokens": (int, 1024, "context tokens per episode"),
+    "max_new_tokens": (int, 128, "tokens sampled per turn"),
+    "seed": (int, 0, "engine sampling seed"),
+    "concurrency": (int, 16, "episodes at once (and the engine's batch size)"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser(
+        "eval",
+        help="pass rate per task of a checkpoint, the mean over k runs",
+        description="Run --runs x --episodes episodes per task (episode i of every run is "
+        "instance i) on the training code path and print a markdown table.",
+    )
+    ev.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint directory (runs/<run>/checkpoints/v000028) or a model spec: "
+        "smollm2, tiny, an HF model directory, a hub name",
+    )
+    ev.add_argument("--tasks", required=True, help="comma-separated task names")
+    for name, (_, default, help_) in _NUMBERS.items():
+        ev.add_argument(
+            f"--{name.replace('_', '-')}", default=str(default), help=f"{help_}; default {default}"
+        )
+    ev.add_argument(
+        "--task-option",
+        action="append",
+        default=[],
+        metavar="TASK.KEY=VALUE",
+        help="a task option, VALUE in YAML (e.g. calculator.seed=1 for held-out problems); "
+        "repeatable",
+    )
+    ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging("warning")
+    return _eval(args)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+    numbers: dict[str, Any] = {}
+    for name, (kind, default, _) in _NUMBERS.items():
+        raw = getattr(args, name)
+        try:
+            numbers[name] = kind(raw)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            problems.append(f"--{name.replace('_', '-')}: not {what}: {raw!r}")
+            numbers[name] = default  # so that the checks below do not report it again
+    tasks: dict[str, dict[str, Any]] = {t.strip(): {} for t in args.tasks.split(",") if t.strip()}
+    for item in args.task_option:
+        name, dot, rest = item.partition(".")
+        key, eq, value = rest.partition("=")
+        if not (dot and eq and name and key):
+            problems.append(f"--task-option {item!r}: expected TASK.KEY=VALUE")
+        elif name not in tasks:
+            problems.append(f"--task-option {item!r}: task {name!r} is not in --tasks")
+        else:
+            try:
+                tasks[name][key] = yaml.safe_load(value)
+            except yaml.YAMLError as exc:
+                problems.append(f"--task-option {item!r}: value is not YAML: {exc}")
+    checkpoint, problem = _checkpoint(args.checkpoint)
+    if problem:
+        problems.append(problem)
+    problems += eval_problems(tasks, **{k: v for k, v in numbers.items() if k != "seed"})
+    if args.out and Path(args.out).suffix == ".json":
+        problems.append(f"--out {args.out!r}: the table is markdown; the numbers go to FILE.json")
+    if problems:
+        print("agentrl eval: bad arguments:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 2
+    try:
+        report = evaluate(checkpoint, tasks, on_progress=_progress_printer(), **numbers)
+    except EvalError as exc:
+        print(f"agentrl eval: {exc}", file=sys.stderr)
+        return 1
+    table = format_table(report)
+    print(table, end="")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(table)
+        out.with_suffix(".json").write_text(report.to_json() + "\n")
+        print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    return 0
+
+
+def _checkpoint(spec: str) -> tuple[Path | None, str | None]:
+    """The model directory of `spec`, or why there is none."""
+    try:
+        path = resolve_model(spec)
+    except ModelError as exc:
+        return None, f"--checkpoint: {exc}"
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            return None, f"--checkpoint {spec!r}: not a model directory (no config.json)"
+        return path, None
+    # resolve_model takes any other relative spec for a hub name (org/name); a longer
+    # path, or one under an existing directory, is a checkpoint directory that is missing.
+    parts = Path(spec).parts
+    if len(parts) != 2 or Path(parts[0]).is_dir():
+        return None, f"--checkpoint {spec!r}: no such directory"
+    return path, None
+
+
+def _progress_printer():
+    """Print `episodes done/total` to stderr at most every 10 s, and at the end."""
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - last[0] >= 10.0:
+            last[0] = now
+            print(f"agentrl eval: {done}/{total} episodes", file=sys.stderr, flush=True)
+
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""`evaluate` on the real rollout/sampler path, and the `agentrl eval` command line."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pykka
+import pytest
+
+from agentrl.actors._fakes import ScriptedEngine
+from agentrl.environments import ChatFormat
+from agentrl.ops import EvalError, cli_agentrl, evaluate, format_table
+from agentrl.trainer import resolve_model
+from tests.unit.scripts import calculator_script
+
+
+@pytest.fixture(autouse=True)
+def _stop_actors():
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+def scripted(tokenizer, mode: str):
+    """A `make_engine` whose engine answers with `calculator_script(mode)`."""
+    eot = ChatFormat(tokenizer).end_of_turn_ids[-1]
+
+    def make_engine(weights, version, max_batch):
+        return ScriptedEngine(calculator_script(tokenizer, eot, mode), version=version)
+
+    return make_engine
+
+
+@pytest.mark.parametrize(("mode", "rate", "reward"), [("oracle", 1.0, 1.0), ("wrong", 0.0, 0.0)])
+def test_scripted_engine_pass_rate_in_every_run(smollm_tokenizer, mode, rate, reward):
+    progress = []
+    report = evaluate(
+        resolve_model("tiny"),
+        {"calculator": {"seed": 1}},
+        episodes=3,
+        runs=2,
+        max_new_tokens=64,
+        make_engine=scripted(smollm_tokenizer, mode),
+        on_progress=lambda done, total: progress.append((done, total)),
+    )
+    r = report.tasks["calculator"]
+    assert (report.runs, report.episodes, r.runs, r.episodes) == (2, 3, 2, 3)
+    assert r.options == {"seed": 1}
+    assert r.pass_rates == (rate, rate)
+    assert (r.pass_rate_mean, r.pass_rate_std) == (rate, 0.0)
+    assert r.reward_mean == reward  # completed either way: env reward 1.0 / 0.0, no penalty
+    assert r.turns_mean == 2.0  # calculate, then answer
+    assert r.statuses == {"completed": 6}
+    assert r.solved_per_instance == ((2, 2, 2) if rate else (0, 0, 0))
+    assert progress[-1] == (6, 6)
+    table = format_table(report)
+    assert table.splitlines()[0] == (
+        "| task | runs | episodes/run | pass rate (mean ± std) | reward | turns |"
+    )
+    assert table.splitlines()[2] == (
+        f"| calculator | 2 | 3 | {rate:.3f} ± 0.000 | {reward:+.3f} | 2.00 |"
+    )
+    assert json.loads(report.to_json())["tasks"]["calculator"]["pass_rates"] == [rate, rate]
+
+
+def test_arguments_are_checked_before_anything_starts(smollm_tokenizer):
+    with pytest.raises(EvalError) as err:
+        evaluate(
+            resolve_model("tiny"),
+            {"calculator": {"num_instances": 2}, "nope": {}},
+            episodes=3,
+            runs=0,
+            make_engine=scripted(smollm_tokenizer, "oracle"),
+        )
+    text = str(err.value)
+    assert "runs: must be >= 1" in text
+    assert "unknown task 'nope'" in text
+    assert "3 episodes per run but only 2 instances" in text
+
+
+def test_tiny_model_report_structure():
+    report = evaluate(
+        resolve_model("tiny"),
+        {"calculator": {}},
+        episodes=2,
+        runs=2,
+        max_new_tokens=8,
+        concurrency=4,
+    )
+    r = report.tasks["calculator"]
+    assert (r.runs, r.episodes, len(r.pass_rates), len(r.solved_per_instance)) == (2, 2, 2, 2)
+    assert sum(r.statuses.values()) == 4  # 2 runs x 2 episodes
+    assert all(0.0 <= p <= 1.0 for p in r.pass_rates)
+    assert 1.0 <= r.turns_mean <= 4.0
+    assert "| calculator | 2 | 2 |" in format_table(report)
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def test_cli_lists_every_argument_problem(capsys, tmp_path):
+    code = cli_agentrl.main(
+        [
+            "eval",
+            "--checkpoint",
+            str(tmp_path / "checkpoints" / "v000099"),
+            "--tasks",
+            "calculator,nope",
+            "--runs",
+            "0",
+            "--episodes",
+            "many",
+            "--task-option",
+            "calculator.seed=1",
+            "--task-option",
+            "other.seed=2",
+            "--task-option",
+            "calculator",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    for expected in (
+        "does not exist",  # the checkpoint directory
+        "unknown task 'nope'",
+        "runs: must be >= 1, got 0",
+        "--episodes: not an integer: 'many'",
+        "task 'other' is not in --tasks",
+        "'calculator': expected TASK.KEY=VALUE",
+    ):
+        assert expected in err, err
+    assert len([line for line in err.splitlines() if line.startswith("  - ")]) == 6
+
+
+def test_cli_relative_missing_checkpoint_is_not_taken_for_a_hub_name(capsys):
+    code = cli_agentrl.main(["eval", "--checkpoint", "runs/nowhere/v000001", "--tasks", "x"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'runs/nowhere/v000001': no such directory" in err
+    assert "unknown task 'x'" in err
+
+
+def test_cli_prints_the_table_and_writes_it_with_the_numbers(
+    capsys, tmp_path, monkeypatch, smollm_tokenizer
+):
+    engine = scripted(smollm_tokenizer, "oracle")
+    monkeypatch.setattr(cli_agentrl, "evaluate", functools.partial(evaluate, make_engine=engine))
+    out = tmp_path / "eval" / "eval.md"
+    argv = "eval --checkpoint tiny --tasks calculator --runs 2 --episodes 2 --max-new-tokens 64"
+    code = cli_agentrl.main(
+        [*argv.split(), "--task-option", "calculator.levels=[1]", "--out", str(out)]
+    )
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert "| calculator | 2 | 2 | 1.000 ± 0.000 | +1.000 | 2.00 |" in stdout
+    assert out.read_text() == stdout
+    numbers = json.loads(out.with_suffix(".json").read_text())
+    assert numbers["tasks"]["calculator"]["options"] == {"levels": [1]}  # YAML value
+    assert numbers["tasks"]["calculator"]["pass_rate_mean"] == 1.0
+    assert numbers["runs"] == 2
