@@ -1,8 +1,9 @@
-"""agentrl.ops: configuration, the supervisor, evaluation, logging and progress reporting."""
+"""agentrl.ops: configuration, the supervisor, evaluation, run reports, logging, progress."""
 
 from ._config import ConfigError, RunConfig, load_config, parse_config
 from ._eval import EvalError, EvalReport, TaskResult, evaluate, format_table
 from ._logging import configure_logging
+from ._report import ReportError, ReportFiles, write_report
 from ._supervisor import ROLES, Supervisor, latest_checkpoint
 
 __all__ = [
@@ -10,6 +11,8 @@ __all__ = [
     "ConfigError",
     "EvalError",
     "EvalReport",
+    "ReportError",
+    "ReportFiles",
     "RunConfig",
     "Supervisor",
     "TaskResult",
@@ -19,4 +22,5 @@ __all__ = [
     "latest_checkpoint",
     "load_config",
     "parse_config",
+    "write_report",
 ]

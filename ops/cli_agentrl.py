@@ -1,7 +1,9 @@
-"""`agentrl`: commands around a run; `agentrl eval` evaluates a checkpoint.
+"""`agentrl`: commands around a run; `agentrl eval` evaluates a checkpoint, `agentrl report`
+plots a run's metrics.
 
     agentrl eval --checkpoint runs/local/checkpoints/v000028 --tasks calculator \\
         --runs 4 --episodes 32 --task-option calculator.seed=1 --out runs/local/eval.md
+    agentrl report runs/local --out /tmp/local-report
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from agentrl.trainer import ModelError, resolve_model
 
 from ._eval import EvalError, eval_problems, evaluate, format_table
 from ._logging import configure_logging
+from ._report import ReportError, write_report
 
 __all__ = ["main"]
 
@@ -63,13 +66,37 @@ def _parser() -> argparse.ArgumentParser:
         "repeatable",
     )
     ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
+    rep = sub.add_parser(
+        "report",
+        help="PNG plots and a markdown summary of a run's metrics.jsonl",
+        description="Read RUN_DIR/metrics.jsonl and write reward/success per task, staleness, "
+        "idle ratio and throughput plots and summary.md (needs agentrl[report]).",
+    )
+    rep.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, e.g. runs/local")
+    rep.add_argument("--out", help="output directory; default RUN_DIR/report")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging("warning")
+    if args.command == "report":
+        return _report(args)
     return _eval(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        files = write_report(Path(args.run_dir), Path(args.out) if args.out else None)
+    except ReportError as exc:
+        print(f"agentrl report: {exc}", file=sys.stderr)
+        return 2
+    print(files.summary)
+    for path in files.plots.values():
+        print(path)
+    for name, why in files.skipped.items():
+        print(f"agentrl report: {name} plot skipped: {why}", file=sys.stderr)
+    return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
