@@ -34,6 +34,7 @@ from agentrl.messages import (
 )
 from agentrl.messages._memory import reset_memory_broker
 from agentrl.messages._transport import REASON_HEADER
+from tests.unit.records import trajectory as make_trajectory
 from tests.unit.scripts import calculator_script
 
 
@@ -285,24 +286,17 @@ def test_sampler_loads_announced_checkpoints_and_answers_late_queries(
 def trajectory(
     group: str, i: int, *, reward: float, issued: int = 0, task="calculator", infra=False
 ):
-    n = 6
-    return Trajectory(
-        episode_id=f"{group}-{i}",
-        group_id=group,
-        task=task,
-        index=0,
-        sample_idx=i,
-        group_size=2,
-        issued_version=issued,
-        token_ids=[1, 2, 3, 4, 5, 6][:n] if not infra else [],
-        loss_mask=[0, 0, 1, 1, 1, 0][:n] if not infra else [],
-        logprobs=[0.0, 0.0, -1.0, -1.0, -1.0, 0.0][:n] if not infra else [],
-        versions=[-1, -1, issued, issued, issued, -1][:n] if not infra else [],
-        pools=["current"],
+    mask = [] if infra else [0, 0, 1, 1, 1, 0]
+    return make_trajectory(
+        mask,
+        group=group,
         reward=reward,
+        version=issued,
+        episode_id=f"{group}-{i}",
+        task=task,
+        sample_idx=i,
+        issued_version=issued,
         env_reward=max(reward, 0.0),
-        status="completed",
-        num_turns=1,
         timings={"episode": 1.0},
         metrics={"infra_failure": 1.0} if infra else {},
     )

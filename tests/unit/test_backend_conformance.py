@@ -5,28 +5,17 @@ import pytest
 from agentrl.actors._fakes import FakeBackend
 from agentrl.messages import Trajectory
 from agentrl.trainer import TorchLearner, build_batch, checkpoint_digest, resolve_model
+from tests.unit.records import trajectory
 
 
 def _traj(i: int, reward: float) -> Trajectory:
-    return Trajectory(
-        episode_id=f"e{i}",
-        group_id="g",
-        task="t",
-        index=0,
-        sample_idx=i,
-        group_size=2,
-        issued_version=0,
-        token_ids=[10 + i, 11, 12, 13, 14],
-        loss_mask=[0, 0, 1, 1, 1],
-        logprobs=[0.0, 0.0, -2.0, -2.0, -2.0],
-        versions=[-1, -1, 0, 0, 0],
-        pools=["current"],
+    return trajectory(
+        [0, 0, 1, 1, 1],
         reward=reward,
-        env_reward=reward,
-        status="completed",
-        num_turns=1,
-        timings={},
-        metrics={},
+        logprob=-2.0,
+        episode_id=f"e{i}",
+        sample_idx=i,
+        token_ids=[10 + i, 11, 12, 13, 14],
     )
 
 

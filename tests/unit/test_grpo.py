@@ -23,6 +23,7 @@ from agentrl.trainer import (
     token_logprobs,
     token_mean,
 )
+from tests.unit.records import trajectory
 
 SQRT3 = math.sqrt(3.0)
 
@@ -33,32 +34,12 @@ def traj(
     reward: float,
     loss_mask: list[int],
     *,
-    token_ids: list[int] | None = None,
-    logprobs: list[float] | None = None,
-    versions: list[int] | None = None,
     status: str = "completed",
+    **fields,
 ) -> Trajectory:
     """A trajectory with only the fields build_batch reads set to something meaningful."""
-    n = len(loss_mask)
-    return Trajectory(
-        episode_id=f"{group}-{reward}-{n}",
-        group_id=group,
-        task=task,
-        index=0,
-        sample_idx=0,
-        group_size=2,
-        issued_version=0,
-        token_ids=token_ids if token_ids is not None else list(range(1, n + 1)),
-        loss_mask=loss_mask,
-        logprobs=logprobs if logprobs is not None else [-0.5 * m for m in loss_mask],
-        versions=versions if versions is not None else [0 if m else -1 for m in loss_mask],
-        pools=["current"],
-        reward=reward,
-        env_reward=reward,
-        status=status,
-        num_turns=1,
-        timings={},
-        metrics={},
+    return trajectory(
+        loss_mask, group=group, reward=reward, logprob=-0.5, task=task, status=status, **fields
     )
 
 

@@ -10,6 +10,7 @@ import torch
 
 from agentrl.messages import Trajectory
 from agentrl.trainer import TorchLearner, TrainBatch, build_batch, checkpoint_digest
+from tests.unit.records import trajectory
 
 VOCAB = 64
 
@@ -38,25 +39,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_traj(group: str, task: str, reward: float, tokens: list[int], prompt: int) -> Trajectory:
     """``prompt`` leading tokens are context; the rest are sampled assistant tokens."""
     mask = [0] * prompt + [1] * (len(tokens) - prompt)
-    return Trajectory(
-        episode_id=f"{group}-{len(tokens)}-{reward}",
-        group_id=group,
-        task=task,
-        index=0,
-        sample_idx=0,
-        group_size=2,
-        issued_version=0,
-        token_ids=tokens,
-        loss_mask=mask,
-        logprobs=[-3.0 * m for m in mask],
-        versions=[0 if m else -1 for m in mask],
-        pools=["current"],
+    return trajectory(
+        mask,
+        group=group,
         reward=reward,
-        env_reward=reward,
-        status="completed",
-        num_turns=1,
-        timings={},
-        metrics={},
+        logprob=-3.0,
+        episode_id=f"{group}-{len(tokens)}-{reward}",
+        task=task,
+        token_ids=tokens,
     )
 
 
