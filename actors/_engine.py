@@ -3,10 +3,9 @@
 `TorchEngine` runs one background thread that owns the model. `submit` queues a
 request and returns a future; the thread admits queued requests into the running
 batch whenever there is room (continuous batching, up to ``max_batch`` rows),
-prefills them together, and decodes one token for every row per step, reusing
-the KV cache. Rows are left-padded; an explicit attention mask and per-row
-``position_ids`` make each row's result independent of what it is batched with
-(up to float rounding). Finished rows leave the batch at once.
+prefills them, and decodes one token for every row per step, reusing the KV
+cache. Each row's result is independent of what it is batched with (up to float
+rounding). Finished rows leave the batch at once.
 
 Recorded logprobs: for ``temperature > 0`` the logprob of the sampled token under
 ``log_softmax(logits / temperature)`` — the distribution *before* top-p
@@ -19,7 +18,11 @@ it; the engine then stops admitting requests, lets the rows in flight finish on
 the old weights (they report the old version), copies the new tensors into the
 existing module and resumes admission with the new version.
 
-The running batch and its KV cache live in `_kvbatch`; per-row sampling in `_sampling`.
+How rows run through the model is an executor's job (`_executors`): Llama-family
+models take `SlotExecutor` (a lean forward over a slot KV cache with prefix
+reuse: a prompt that shares a prefix with a running request or a recently
+finished one only computes the rest), anything else `HFExecutor` (the HF
+forward over a left-padded `DynamicCache`). Per-row sampling is in `_sampling`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import torch
 
 from agentrl.trainer import load_causal_lm
 
-from ._kvbatch import _Batch, _Row
+from ._executors import Executor, HFExecutor, SlotExecutor
+from ._kvbatch import _Row
+from ._llama import unsupported
 from ._sampling import sample_tokens
 
 log = structlog.get_logger(__name__)
@@ -125,14 +130,34 @@ class TorchEngine:
         max_batch: int = 16,
         seed: int = 0,
         version: int = 0,
+        prefix_cache_tokens: int = 16384,
+        executor: str = "auto",
     ) -> None:
+        """Load ``model_dir`` and start the engine thread.
+
+        ``prefix_cache_tokens`` bounds the positions of finished sequences kept for
+        prefix reuse (0 turns it off). ``executor`` is ``"auto"`` (the slot executor
+        when the model supports it), ``"slot"`` or ``"hf"``.
+        """
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if executor not in ("auto", "slot", "hf"):
+            raise ValueError(f"executor must be auto, slot or hf, got {executor!r}")
         self._device = torch.device(device)
         self._dtype = getattr(torch, dtype)
         self._max_batch = max_batch
         self._model = load_causal_lm(model_dir, dtype=self._dtype)
         self._model.to(self._device).eval()
+        reason = unsupported(self._model)
+        if executor == "slot" and reason is not None:
+            raise ValueError(f"the slot executor cannot run {model_dir}: {reason}")
+        self._exec: Executor
+        if executor == "hf" or reason is not None:
+            self._exec = HFExecutor(self._model)
+        else:
+            self._exec = SlotExecutor(
+                self._model, slots=max_batch, prefix_budget=prefix_cache_tokens
+            )
         self._shapes = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
         self._tied = _tied_names(self._model)  # may be absent from checkpoints
         self._seeds = torch.Generator().manual_seed(seed)  # per-row seeds when none given
@@ -142,10 +167,17 @@ class TorchEngine:
         self._version = version  # weights in the model
         self._target = version  # weights that the next admitted request gets
         self._closed: BaseException | None = None
-        self._batch = _Batch()
         self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
         self._thread.start()
-        log.info("engine started", model=str(model_dir), device=device, max_batch=max_batch)
+        log.info(
+            "engine started",
+            model=str(model_dir),
+            device=device,
+            dtype=dtype,
+            max_batch=max_batch,
+            executor=type(self._exec).__name__,
+            fallback_reason=reason if executor == "auto" else None,
+        )
 
     # --- public API ----------------------------------------------------------------------
 
@@ -213,6 +245,11 @@ class TorchEngine:
             self._lock.notify_all()
         return staged.future
 
+    def stats(self) -> dict[str, int]:
+        """Counters: prompt positions computed and reused (prefix reuse), saved prefixes."""
+        with self._lock:
+            return dict(self._exec.stats())
+
     def close(self) -> None:
         """Stop the engine thread; pending and running requests fail with `EngineClosed`."""
         with self._lock:
@@ -238,10 +275,9 @@ class TorchEngine:
                     self._closed = error
         with self._lock:
             reason = self._closed
-            leftovers = list(self._queue) + self._batch.rows
+            leftovers = list(self._queue) + list(self._exec.rows)
             self._queue.clear()
             staged, self._staged = self._staged, None
-        self._batch = _Batch()
         for future in [r.future for r in leftovers] + ([staged.future] if staged else []):
             if not future.done():
                 future.set_exception(reason)
@@ -252,15 +288,15 @@ class TorchEngine:
         staged = None
         admitted: list[_Row] = []
         with self._lock:
-            idle = lambda: not (self._batch.rows or self._queue or self._staged)  # noqa: E731
+            idle = lambda: not (self._exec.rows or self._queue or self._staged)  # noqa: E731
             while self._closed is None and idle():
                 self._lock.wait()
             if self._closed is not None:
                 return False
-            if self._staged is not None and not self._batch.rows:
+            if self._staged is not None and not self._exec.rows:
                 staged, self._staged = self._staged, None
             if self._staged is None and staged is None:
-                room = self._max_batch - len(self._batch.rows)
+                room = self._max_batch - len(self._exec.rows)
                 while self._queue and len(admitted) < room:
                     row = self._queue.popleft()
                     if row.future.set_running_or_notify_cancel():
@@ -270,13 +306,14 @@ class TorchEngine:
             return True
         if admitted:
             self._prefill(admitted)
-        elif self._batch.rows:
-            self._decode()
+        elif self._exec.rows:
+            self._sample(self._exec.decode(), list(self._exec.rows))
         return True
 
     def _apply(self, staged: _Staged) -> None:
         self._model.load_state_dict(staged.state, strict=False)
         with self._lock:
+            self._exec.reset()
             self._version = staged.version
         staged.future.set_result(None)
         log.info("weights loaded", version=staged.version)
@@ -290,57 +327,27 @@ class TorchEngine:
                 else int(torch.randint(2**62, (), generator=self._seeds))
             )
             row.generator = torch.Generator(device=self._device).manual_seed(seed)
-        width = max(len(r.prompt_ids) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = _new_cache(self._model)
-        logits = self._forward(ids, mask, positions, cache)
-        self._batch.merge(_Batch(rows=rows, cache=cache, mask=mask))
-        self._sample(logits, first=len(self._batch.rows) - len(rows))
+        self._sample(self._exec.admit(rows), rows)
 
-    def _decode(self) -> None:
-        batch = self._batch
-        ids = torch.tensor([[r.token_ids[-1]] for r in batch.rows])
-        positions = torch.tensor([[len(r.prompt_ids) + len(r.token_ids) - 1] for r in batch.rows])
-        batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=torch.long)], 1)
-        logits = self._forward(ids, batch.mask, positions, batch.cache)
-        self._sample(logits, first=0)
-
-    def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
-        """Logits of the last position of each row, float32 ``[B, V]``."""
-        out = self._model(
-            input_ids=ids.to(self._device),
-            attention_mask=mask.to(self._device),
-            position_ids=positions.to(self._device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1, :].float()
-
-    def _sample(self, logits: torch.Tensor, first: int) -> None:
-        """Sample one token for rows ``first:`` of the batch, then retire finished rows."""
-        rows = self._batch.rows[first:]
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> None:
+        """Sample a token for each of ``rows`` (one logits row each); retire finished rows."""
         tokens, logprobs = sample_tokens(
             logits,
             temperatures=[r.temperature for r in rows],
             top_ps=[r.top_p for r in rows],
             generators=[r.generator for r in rows],
         )
-        done: list[int] = []
-        for i, (row, tok, lp) in enumerate(zip(rows, tokens, logprobs, strict=True)):
+        done: list[_Row] = []
+        for row, tok, lp in zip(rows, tokens, logprobs, strict=True):
             row.token_ids.append(tok)
             row.logprobs.append(lp)
             if tok in row.stop_ids or len(row.token_ids) >= row.max_new_tokens:
                 reason = "stop" if tok in row.stop_ids else "length"
                 row.future.set_result(Generation(row.token_ids, row.logprobs, row.version, reason))
-                done.append(first + i)
+                done.append(row)
         if done:
-            self._batch.drop(done)
+            with self._lock:
+                self._exec.drop(done)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -359,15 +366,6 @@ class TorchEngine:
         problems += [f"{k}: missing" for k in missing]
         if problems:
             raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
-
-
-def _new_cache(model):
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-        raise EngineError("sliding-window attention caches are not supported by TorchEngine")
-    return cache
 
 
 def _tied_names(model) -> set[str]:

@@ -1,6 +1,9 @@
 """Per-row token sampling for the engine: greedy or temperature + top-p, with logprobs.
 
 The recorded logprob is taken before top-p truncation (see `sample_tokens`).
+Sampling is inverse-CDF with one uniform draw per row from that row's own
+generator, so a seeded request draws the same tokens whatever it is batched
+with, while the softmax, cumulative sums and searches run for all rows at once.
 """
 
 from __future__ import annotations
@@ -20,27 +23,42 @@ def sample_tokens(
     """Draw one token per row of ``logits`` ``[B, V]``; return the tokens and their logprobs.
 
     Row i: greedy when ``temperatures[i] == 0`` (logprob from ``log_softmax(logits)``),
-    else multinomial from ``softmax(logits / T)`` restricted to the top-p nucleus,
+    else drawn from ``softmax(logits / T)`` restricted to the top-p nucleus,
     with the logprob taken from the untruncated ``log_softmax(logits / T)``.
     """
     temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype)
     logp = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # [B, V]
-    tokens: list[int] = []
-    for i, (temp, top_p, gen) in enumerate(zip(temperatures, top_ps, generators, strict=True)):
-        if temp == 0:
-            tok = int(torch.argmax(logits[i]))
-        else:
-            probs = logp[i].exp()
-            if top_p < 1:
-                probs = _nucleus(probs, top_p)
-            tok = int(torch.multinomial(probs, 1, generator=gen))
-        tokens.append(tok)
-    index = torch.tensor(tokens, device=logits.device)[:, None]
-    return tokens, logp.gather(1, index)[:, 0].tolist()
+    tokens = logits.argmax(dim=-1)
+    drawn = [i for i, t in enumerate(temperatures) if t > 0]
+    if drawn:
+        index = torch.tensor(drawn, device=logits.device)
+        probs = logp[index].exp()
+        cut = [j for j, i in enumerate(drawn) if top_ps[i] < 1]
+        if cut:
+            rows = torch.tensor(cut, device=logits.device)
+            top_p = torch.tensor([top_ps[drawn[j]] for j in cut], dtype=probs.dtype)
+            probs[rows] = _nucleus(probs[rows], top_p.to(logits.device))
+        cdf = probs.cumsum(dim=-1)
+        uniform = torch.stack(
+            [torch.rand((), generator=generators[i], dtype=cdf.dtype) for i in drawn]
+        ).to(logits.device)
+        # The first position whose cumulative mass exceeds u * total: never a zero-mass token.
+        picks = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
+        tokens[index] = picks.clamp(max=logits.shape[-1] - 1)
+    chosen = logp.gather(1, tokens[:, None])[:, 0]
+    return tokens.tolist(), chosen.tolist()
 
 
-def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero every token outside the smallest set whose probability mass reaches ``top_p``."""
-    ordered, order = probs.sort(descending=True)
-    keep = (ordered.cumsum(0) - ordered) < top_p  # mass before the token; the first always stays
-    return torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor, candidates: int = 1024) -> torch.Tensor:
+    """Zero, per row, every token outside the smallest set whose mass reaches ``top_p[row]``.
+
+    The nucleus is looked for among each row's ``candidates`` most likely tokens
+    (a partial sort); rows whose candidates do not reach ``top_p`` sort fully.
+    """
+    k = min(candidates, probs.shape[-1])
+    ordered, order = probs.topk(k, dim=-1)
+    short = ordered.sum(-1) < top_p
+    if bool(short.any()):
+        ordered, order = probs.sort(dim=-1, descending=True)
+    keep = (ordered.cumsum(-1) - ordered) < top_p[:, None]  # mass before; the first always stays
+    return torch.zeros_like(probs).scatter(-1, order, ordered * keep)

@@ -41,9 +41,9 @@ def reference(tiny_dir):
     return AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).eval()
 
 
-@pytest.fixture
-def engine(tiny_dir):
-    eng = TorchEngine(tiny_dir, max_batch=8, seed=0)
+@pytest.fixture(params=["slot", "hf"])
+def engine(tiny_dir, request):
+    eng = TorchEngine(tiny_dir, max_batch=8, seed=0, executor=request.param)
     yield eng
     eng.close()
 

@@ -20,11 +20,11 @@ def tiny_checkpoint(tmp_path_factory):
     return perturbed_checkpoint(resolve_model("tiny"), tmp_path_factory.mktemp("perturbed"))
 
 
-@pytest.fixture(params=["torch", "scripted"])
+@pytest.fixture(params=["torch-slot", "torch-hf", "scripted"])
 def engine_case(request, tmp_path):
-    if request.param == "torch":
+    if request.param.startswith("torch"):
         model_dir = resolve_model("tiny")
-        engine = TorchEngine(model_dir, max_batch=4)
+        engine = TorchEngine(model_dir, max_batch=4, executor=request.param.split("-")[1])
         case = EngineCase(engine, request.getfixturevalue("tiny_checkpoint"), hf_teacher(model_dir))
     else:
         # The fake's "model" is its script: every token has logprob SCRIPTED_LOGPROB.
