@@ -10,11 +10,15 @@ groups, groups with too few survivors). Without it a dropped group would leave
 the learner waiting for episodes the controller will never issue.
 eta = 0 is synchronous training: the next batch is issued only after the
 update that consumes the previous one.
+
+The controller also keeps the table of samplers from their heartbeats: the
+version each one serves, per pool (`samplers`, `pool_versions`).
 """
 
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from agentrl.messages import (
     CheckpointReady,
     Delivery,
     EpisodeRequest,
+    Heartbeat,
     MetricsReport,
     Topology,
     connect,
@@ -83,6 +88,7 @@ class ControllerActor(pykka.ThreadingActor):
         self._dropped = 0
         self._groups = 0
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
+        self._samplers: dict[str, Heartbeat] = {}
         self._transport = None
 
     # --- lifecycle -------------------------------------------------------------------
@@ -97,6 +103,12 @@ class ControllerActor(pykka.ThreadingActor):
             self._names.control,
             lambda d: ref.tell(("metrics", d)),
             routing_key="metrics.learner",
+        )
+        subscribe(
+            self._transport,
+            self._names.control,
+            lambda d: ref.tell(("heartbeat", d)),
+            routing_key="heartbeat.#",
         )
         self._transport.consume(
             self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16
@@ -121,6 +133,8 @@ class ControllerActor(pykka.ThreadingActor):
             self._on_metrics(delivery)
         elif kind == "rpc":
             self._on_rpc(delivery)
+        elif kind == "heartbeat":
+            self._on_heartbeat(delivery)
         else:
             raise ValueError(f"controller: unknown message {kind!r}")
 
@@ -134,6 +148,38 @@ class ControllerActor(pykka.ThreadingActor):
             "allowance": self._allowance(),
             **{f"issued/{t}": n for t, n in self._issued_by_task.items()},
         }
+
+    def samplers(self) -> dict[str, dict]:
+        """Sampler id -> its last heartbeat: pool, node, served version, age in seconds."""
+        now = time.time()
+        return {
+            sid: {
+                "pool": beat.labels.get("pool", ""),
+                "node": beat.node,
+                "version": int(beat.state.get("version", -1)),
+                "served": int(beat.state.get("served", 0)),
+                "age": now - beat.at,
+            }
+            for sid, beat in self._samplers.items()
+        }
+
+    def pool_versions(self) -> dict[str, list[int]]:
+        """Pool -> the versions its samplers serve (sorted, one entry per sampler)."""
+        out: dict[str, list[int]] = {}
+        for info in self.samplers().values():
+            out.setdefault(info["pool"], []).append(info["version"])
+        return {pool: sorted(versions) for pool, versions in out.items()}
+
+    def _on_heartbeat(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, Heartbeat)
+        if msg is None:
+            return
+        beat = msg.payload
+        if beat.role == "sampler":
+            known = self._samplers.get(beat.actor_id)
+            if known is None or beat.at >= known.at:
+                self._samplers[beat.actor_id] = beat
+        delivery.ack()
 
     def _on_checkpoint(self, delivery: Delivery) -> None:
         msg = decode_or_dead_letter(delivery, CheckpointReady)

@@ -8,9 +8,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from statistics import fmean
 
+import structlog
+
 from agentrl.messages import Trajectory
 
-__all__ = ["batch_metrics", "is_success"]
+log = structlog.get_logger(__name__)
+
+__all__ = ["batch_metrics", "is_success", "turn_versions"]
 
 
 def is_success(t: Trajectory) -> bool:
@@ -55,8 +59,35 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
     if token_lag:
         out["staleness/token_lag_mean"] = fmean(token_lag)
         out["staleness/token_lag_max"] = float(max(token_lag))
-    pools = Counter(p for t in batch for p in t.pools)
-    total = sum(pools.values())
+    turns: list[tuple[str, int]] = []
+    for t in batch:
+        try:
+            turns += turn_versions(t)
+        except ValueError as exc:  # a malformed record must not stop training
+            log.warning("trajectory left out of the turn metrics", reason=str(exc))
+    pools = Counter(pool for pool, _ in turns)
     for pool, n in pools.items():
-        out[f"rollout/pool_share/{pool}"] = n / total
+        out[f"rollout/pool_share/{pool}"] = n / len(turns)
+        lags = [trained_on - v for p, v in turns if p == pool]
+        out[f"staleness/turn_lag/{pool}"] = fmean(lags)
+        out[f"staleness/turn_lag_max/{pool}"] = float(max(lags))
     return out
+
+
+def turn_versions(t: Trajectory) -> list[tuple[str, int]]:
+    """(pool, version) of each assistant turn of a trajectory.
+
+    Turns are the runs of sampled tokens (``loss_mask == 1``) in order; turn i was
+    sampled by pool ``t.pools[i]`` with the version of its first token.
+    """
+    versions = []
+    previous = 0
+    for m, v in zip(t.loss_mask, t.versions, strict=True):
+        if m and not previous:
+            versions.append(v)
+        previous = m
+    if len(versions) != len(t.pools):
+        raise ValueError(
+            f"trajectory {t.episode_id}: {len(versions)} sampled turns but {len(t.pools)} pools"
+        )
+    return list(zip(t.pools, versions, strict=True))

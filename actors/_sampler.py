@@ -10,10 +10,19 @@ v only when v is a multiple of k (the `stale` pools of cross-policy sampling).
 Weights are verified against the announced digest and loaded on this actor's
 thread; the engine swaps them between batches, so requests in flight finish on
 the old weights and report the old version.
+
+Heartbeats (`Heartbeat` on the control exchange, routing key
+``heartbeat.sampler``) say which version this sampler serves: one when it
+starts, one as soon as a loaded version is in place (``event = loaded``, with
+the seconds from the announcement), and one every ``heartbeat_interval``
+seconds. The controller keeps the table; `bench/fanout.py` times fan-out by them.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Callable
 
 import pykka
@@ -25,6 +34,7 @@ from agentrl.messages import (
     Delivery,
     GenerateRequest,
     GenerateResult,
+    Heartbeat,
     Topology,
     TransportError,
     Unroutable,
@@ -35,7 +45,7 @@ from agentrl.messages import (
 from agentrl.trainer import checkpoint_digest
 
 from ._engine import EngineClosed, SamplerEngine
-from ._wire import TopologySpec, declare, decode_or_dead_letter, subscribe
+from ._wire import TopologySpec, broadcast_nowait, declare, decode_or_dead_letter, subscribe
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +66,8 @@ class SamplerActor(pykka.ThreadingActor):
         sampler_id: str,
         prefetch: int = 32,
         query_timeout: float = 10.0,
+        heartbeat_interval: float = 10.0,
+        node: str | None = None,
     ) -> None:
         super().__init__()
         self._broker = broker
@@ -71,6 +83,10 @@ class SamplerActor(pykka.ThreadingActor):
         self._transport = None
         self._served = 0
         self._loads = 0
+        self._node = node or socket.gethostname()
+        self._interval = heartbeat_interval
+        self._stopping = threading.Event()
+        self._beats: threading.Thread | None = None
 
     def on_start(self) -> None:
         self._engine = self._engine_factory()
@@ -87,9 +103,17 @@ class SamplerActor(pykka.ThreadingActor):
         self._transport.consume(
             self._names.generate_queue(self._pool), self._on_request, prefetch=self._prefetch
         )
+        self._beat("started")
+        self._beats = threading.Thread(
+            target=self._beat_every_interval, name=f"{self._id}-heartbeat", daemon=True
+        )
+        self._beats.start()
         log.info("sampler started", sampler=self._id, pool=self._pool, version=self.version())
 
     def on_stop(self) -> None:
+        self._stopping.set()
+        if self._beats is not None:
+            self._beats.join()
         if self._transport is not None:
             self._transport.close()
         if self._engine is not None:
@@ -139,9 +163,48 @@ class SamplerActor(pykka.ThreadingActor):
                 f"checkpoint v{ckpt.version} at {ckpt.uri}: digest {digest} "
                 f"does not match the announced {ckpt.digest}"
             )
-        self._engine.load(ckpt.uri, ckpt.version)
+        future = self._engine.load(ckpt.uri, ckpt.version)
         self._loads += 1
+        future.add_done_callback(lambda f: self._on_loaded(ckpt, f))
+
+    def _on_loaded(self, ckpt: CheckpointReady, future) -> None:
+        """The engine serves ``ckpt`` now (or failed to, or was superseded)."""
+        error = future.exception()
+        if error is not None:
+            log.error("checkpoint load failed", version=ckpt.version, error=repr(error))
+            return
+        if self._engine.version != ckpt.version:
+            return  # superseded by a newer staged version before it was applied
+        lag = time.time() - ckpt.created_at
         log.info("checkpoint loaded", sampler=self._id, pool=self._pool, version=ckpt.version)
+        self._beat("loaded", since_announce=lag)
+
+    # --- heartbeats --------------------------------------------------------------------
+
+    def _beat(self, event: str, **gauges: float) -> None:
+        """Tell the controller the version this sampler serves (never blocks, never raises)."""
+        beat = Heartbeat(
+            node=self._node,
+            role="sampler",
+            actor_id=self._id,
+            at=time.time(),
+            state={
+                "version": float(self._engine.version),
+                "served": float(self._served),
+                "loads": float(self._loads),
+                **gauges,
+            },
+            labels={"pool": self._pool, "event": event},
+        )
+        body = encode(beat, run=self._spec.run)
+        try:
+            broadcast_nowait(self._transport, self._names.control, "heartbeat.sampler", body)
+        except TransportError as exc:
+            log.warning("heartbeat not sent", sampler=self._id, error=repr(exc))
+
+    def _beat_every_interval(self) -> None:
+        while not self._stopping.wait(self._interval):
+            self._beat("alive")
 
     # --- requests (I/O thread) ---------------------------------------------------------
 

@@ -65,6 +65,23 @@ def broadcast(transport: Transport, exchange: str, routing_key: str, body: bytes
     return True
 
 
+def broadcast_nowait(transport: Transport, exchange: str, routing_key: str, body: bytes) -> None:
+    """Publish a broadcast without waiting for its confirm (safe from any thread).
+
+    For notices whose loss only delays an observer (heartbeats): the outcome is
+    logged, never raised.
+    """
+
+    def settled(future) -> None:
+        error = future.exception()
+        if isinstance(error, Unroutable):
+            log.debug("broadcast had no listeners", exchange=exchange, routing_key=routing_key)
+        elif error is not None:
+            log.warning("broadcast not confirmed", routing_key=routing_key, error=repr(error))
+
+    transport.publish(exchange, routing_key, body).add_done_callback(settled)
+
+
 def subscribe(
     transport: Transport,
     exchange: str,

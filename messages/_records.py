@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the wire schema; a message with any other version is rejected."""
 
 MASK01 = "agentrl.messages.mask01"
@@ -206,6 +206,8 @@ class Heartbeat:
     """Wall clock of the beat, seconds since the epoch."""
     state: dict[str, float]
     """Named gauges (queue depths, versions, busy fractions)."""
+    labels: dict = field(default_factory=dict)
+    """Named string attributes (e.g. ``{"pool": "current", "event": "loaded"}``), JSON-like."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pykka
@@ -278,6 +279,56 @@ def test_sampler_loads_announced_checkpoints_and_answers_late_queries(
     wait_for(lambda: engines["stale"].version == 2, what="stale pool at v2")
     assert [v for _, v in engines["current"].loads] == [1, 2, 3]
     assert [v for _, v in engines["stale"].loads] == [2]  # every 2nd version only
+
+
+def test_samplers_report_the_version_they_serve_to_the_controller(broker, spec, client, tmp_path):
+    names = Topology(spec.run)
+    topology = TopologySpec(spec.run, ("current", "stale"), 64)
+    controller = ControllerActor.start(
+        broker=broker,
+        topology=topology,
+        tasks={"calculator": TaskEntry(1.0, 10)},
+        group_size=2,
+        episodes_per_batch=4,
+        max_staleness=0,
+        initial=initial(),
+    ).proxy()
+    controller.stats().get()
+    beats = []
+    client.bind(client.declare_queue("beats"), names.control, "heartbeat.#")
+    client.consume("beats", lambda d: (beats.append(decode(d.body).payload), d.ack()), prefetch=64)
+    backend = FakeBackend()
+    for pool, every, n in (("current", 1, 2), ("stale", 2, 1)):
+        for i in range(n):
+            SamplerActor.start(
+                broker=broker,
+                topology=topology,
+                pool=pool,
+                every=every,
+                engine_factory=lambda: ScriptedEngine(lambda p, v: [7]),
+                sampler_id=f"{pool}-{i}",
+                query_timeout=0.2,
+                heartbeat_interval=0.2,
+                node="node-a",
+            ).proxy().stats().get()
+    wait_for(lambda: len(controller.samplers().get()) == 3, what="three samplers known")
+    assert controller.pool_versions().get() == {"current": [0, 0], "stale": [0]}
+    for v in (1, 2, 3):
+        digest = backend.save(tmp_path / f"v{v}")
+        ready = CheckpointReady(v, str(tmp_path / f"v{v}"), digest, time.time())
+        client.publish(names.checkpoints, "", encode(ready, run=spec.run)).result(5)
+    want = {"current": [3, 3], "stale": [2]}
+    wait_for(lambda: controller.pool_versions().get() == want, what=f"versions {want}")
+    table = controller.samplers().get()
+    assert table["stale-0"]["pool"] == "stale" and table["stale-0"]["node"] == "node-a"
+    loaded = [b for b in beats if b.labels.get("event") == "loaded"]
+    assert sorted((b.actor_id, int(b.state["version"])) for b in loaded) == [
+        ("current-0", 1), ("current-0", 2), ("current-0", 3),
+        ("current-1", 1), ("current-1", 2), ("current-1", 3),
+        ("stale-0", 2),
+    ]  # fmt: skip
+    assert all(0 <= b.state["since_announce"] < 10 for b in loaded)
+    wait_for(lambda: any(b.labels["event"] == "alive" for b in beats), what="periodic beats")
 
 
 # --- learner -------------------------------------------------------------------------------

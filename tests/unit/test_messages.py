@@ -173,7 +173,7 @@ def test_every_table_kind_is_a_payload_record() -> None:
         "env_cancel",
         "env_reply",
     }
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
 
 
 @pytest.mark.parametrize("cls", [*PAYLOAD_TYPES, ChatMessage, ToolCall])
@@ -203,7 +203,7 @@ def test_round_trip(cls: type, data: st.DataObject) -> None:
     assert message.payload == payload
     assert type(message.payload) is cls
     envelope = message.envelope
-    assert (envelope.kind, envelope.schema, envelope.run) == (cls.KIND, 1, "run-a")
+    assert (envelope.kind, envelope.schema, envelope.run) == (cls.KIND, SCHEMA_VERSION, "run-a")
     assert envelope.message_id == "m-1"
 
 
@@ -280,8 +280,8 @@ def test_reject_unknown_kind() -> None:
 
 
 def test_reject_schema_mismatch() -> None:
-    body = rewrite(encode(CheckpointQuery("x"), run="r"), lambda w: w["envelope"].update(schema=2))
-    assert decode_error(body).startswith("checkpoint_query: schema version 2 not supported")
+    body = rewrite(encode(CheckpointQuery("x"), run="r"), lambda w: w["envelope"].update(schema=SCHEMA_VERSION + 1))
+    assert decode_error(body).startswith("checkpoint_query: schema version 3 not supported")
 
 
 def test_reject_bad_envelope() -> None:
