@@ -17,8 +17,10 @@ from agentrl.actors import (
     SamplerActor,
     TaskEntry,
     TopologySpec,
+    batch_metrics,
 )
 from agentrl.actors._fakes import FakeBackend, ScriptedEngine
+from agentrl.actors._metrics import turn_versions
 from agentrl.environments import ChatFormat, make_task
 from agentrl.messages import (
     CheckpointQuery,
@@ -231,6 +233,47 @@ def test_rollout_runs_episodes_end_to_end(
         assert all(v == 3 for v, m in zip(t.versions, t.loss_mask, strict=True) if m)
         assert all(lp == -1.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
         assert t.loss_mask[0] == 0  # the prompt is not trained on
+
+
+def test_cross_policy_turns_record_the_pool_and_version_that_sampled_them(
+    broker, spec, client, smollm_tokenizer
+):
+    fmt = ChatFormat(smollm_tokenizer)
+    topology = TopologySpec(spec.run, ("current", "stale"), 64)
+    engines = {"current": 5, "stale": 4}
+    for pool, version in engines.items():
+        engine = ScriptedEngine(
+            calculator_script(smollm_tokenizer, fmt.end_of_turn_ids[-1], "oracle"),
+            version=version,
+        )
+        SamplerActor.start(
+            broker=broker,
+            topology=topology,
+            pool=pool,
+            every=1,
+            engine_factory=lambda e=engine: e,
+            sampler_id=f"s-{pool}",
+            query_timeout=0.2,
+        )
+    RolloutActor.start(
+        broker=broker,
+        topology=topology,
+        environments={"calculator": make_task("calculator")},
+        chat_format=fmt,
+        pool_weights={"current": 0.5, "stale": 0.5},
+        limits=EpisodeLimits(max_turns=4, max_tokens=2048, max_new_tokens=64),
+        concurrency=4,
+        rollout_id="r0",
+    )
+    publish_episodes(client, spec, 8)
+    trajs = collect_trajectories(client, Topology(spec.run), 8)
+    turns = [turn for t in trajs for turn in turn_versions(t)]
+    assert len(turns) == 16  # oracle: calculate, then answer
+    assert {pool for pool, _ in turns} == {"current", "stale"}
+    assert all(version == engines[pool] for pool, version in turns)
+    metrics = batch_metrics(trajs, version=6, wall=1.0)
+    assert metrics["staleness/turn_lag/current"] == 0.0
+    assert metrics["staleness/turn_lag/stale"] == 1.0
 
 
 def test_rollout_dead_letters_a_malformed_episode_request(broker, spec, client, smollm_tokenizer):
