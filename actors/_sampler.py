@@ -44,7 +44,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import checkpoint_digest
 
-from ._engine import EngineClosed, SamplerEngine
+from ._engine import EngineClosed, SamplerEngine, WeightsMismatch
 from ._wire import TopologySpec, broadcast_nowait, declare, decode_or_dead_letter, subscribe
 
 log = structlog.get_logger(__name__)
@@ -157,17 +157,24 @@ class SamplerActor(pykka.ThreadingActor):
     def _maybe_load(self, ckpt: CheckpointReady) -> None:
         if ckpt.version <= self._engine.version or ckpt.version % self._every:
             return
-        digest = checkpoint_digest(ckpt.uri)
-        if ckpt.digest and digest != ckpt.digest:
-            raise RuntimeError(
-                f"checkpoint v{ckpt.version} at {ckpt.uri}: digest {digest} "
-                f"does not match the announced {ckpt.digest}"
+        start = time.monotonic()
+        try:
+            digest = checkpoint_digest(ckpt.uri)
+            if ckpt.digest and digest != ckpt.digest:
+                raise WeightsMismatch(f"digest {digest} is not the announced {ckpt.digest}")
+            future = self._engine.load(ckpt.uri, ckpt.version)
+        except (OSError, WeightsMismatch) as exc:
+            # A broken or half-written checkpoint: keep serving the weights we have.
+            log.error(
+                "checkpoint rejected", sampler=self._id, version=ckpt.version, error=str(exc)
             )
-        future = self._engine.load(ckpt.uri, ckpt.version)
+            self._beat("rejected", rejected_version=float(ckpt.version))
+            return
         self._loads += 1
-        future.add_done_callback(lambda f: self._on_loaded(ckpt, f))
+        staged = time.monotonic() - start
+        future.add_done_callback(lambda f: self._on_loaded(ckpt, f, staged))
 
-    def _on_loaded(self, ckpt: CheckpointReady, future) -> None:
+    def _on_loaded(self, ckpt: CheckpointReady, future, staged: float) -> None:
         """The engine serves ``ckpt`` now (or failed to, or was superseded)."""
         error = future.exception()
         if error is not None:
@@ -176,8 +183,15 @@ class SamplerActor(pykka.ThreadingActor):
         if self._engine.version != ckpt.version:
             return  # superseded by a newer staged version before it was applied
         lag = time.time() - ckpt.created_at
-        log.info("checkpoint loaded", sampler=self._id, pool=self._pool, version=ckpt.version)
-        self._beat("loaded", since_announce=lag)
+        log.info(
+            "checkpoint loaded",
+            sampler=self._id,
+            pool=self._pool,
+            version=ckpt.version,
+            read_s=round(staged, 3),
+            since_announce_s=round(lag, 3),
+        )
+        self._beat("loaded", since_announce=lag, read_seconds=staged)
 
     # --- heartbeats --------------------------------------------------------------------
 

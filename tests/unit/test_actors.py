@@ -525,3 +525,31 @@ def test_sampler_drops_a_request_whose_requester_is_gone(broker, spec, client):
     wait_for(lambda: ref.proxy().stats().get()["served"] >= 3, what="three served")
     assert ref.proxy().stats().get()["served"] == 3
     assert client.queue_depth(names.generate_queue("current")) == 0
+
+
+def test_sampler_rejects_a_checkpoint_that_fails_its_digest_and_keeps_serving(
+    broker, spec, client, tmp_path
+):
+    names = Topology(spec.run)
+    engine = ScriptedEngine(lambda p, v: [7])
+    ref = SamplerActor.start(
+        broker=broker,
+        topology=spec,
+        pool="current",
+        every=1,
+        engine_factory=lambda: engine,
+        sampler_id="s0",
+        query_timeout=0.2,
+    )
+    ref.proxy().stats().get()
+    backend = FakeBackend()
+    good = backend.save(tmp_path / "v1")
+    for ready in (
+        CheckpointReady(1, str(tmp_path / "v1"), "0" * 64, 0.0),  # corrupted in transit
+        CheckpointReady(2, str(tmp_path / "missing"), "", 0.0),  # never written
+        CheckpointReady(3, str(tmp_path / "v1"), good, 0.0),
+    ):
+        client.publish(names.checkpoints, "", encode(ready, run=spec.run)).result(5)
+    wait_for(lambda: engine.version == 3, what="the good checkpoint loaded")
+    assert [v for _, v in engine.loads] == [3]
+    assert ref.is_alive()
