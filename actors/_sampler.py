@@ -206,6 +206,7 @@ class SamplerActor(pykka.ThreadingActor):
                 "version": float(self._engine.version),
                 "served": float(self._served),
                 "loads": float(self._loads),
+                **self._engine_stats(),
                 **gauges,
             },
             labels={"pool": self._pool, "event": event},
@@ -215,6 +216,13 @@ class SamplerActor(pykka.ThreadingActor):
             broadcast_nowait(self._transport, self._names.control, "heartbeat.sampler", body)
         except TransportError as exc:
             log.warning("heartbeat not sent", sampler=self._id, error=repr(exc))
+
+    def _engine_stats(self) -> dict[str, float]:
+        """The engine's counters (e.g. prefix reuse), for engines that keep any."""
+        stats = getattr(self._engine, "stats", None)
+        if stats is None:
+            return {}
+        return {f"engine_{k}": float(v) for k, v in stats().items()}
 
     def _beat_every_interval(self) -> None:
         while not self._stopping.wait(self._interval):
