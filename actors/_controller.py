@@ -71,6 +71,7 @@ class ControllerActor(pykka.ThreadingActor):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        self._log = log.bind(role="controller", actor="controller")
         if episodes_per_batch % group_size:
             raise ValueError("episodes_per_batch must be a multiple of group_size")
         self._broker = broker
@@ -113,7 +114,7 @@ class ControllerActor(pykka.ThreadingActor):
         self._transport.consume(
             self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16
         )
-        log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
+        self._log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
         self._admit()
 
     def on_stop(self) -> None:
@@ -239,7 +240,7 @@ class ControllerActor(pykka.ThreadingActor):
             futures.append(self._transport.publish("", self._names.episodes, body))
         self._issued += self._group_size
         self._issued_by_task[task] += self._group_size
-        log.debug("group issued", task=task, index=index, group=group_id)
+        self._log.debug("group issued", task=task, index=index, group=group_id)
         return futures
 
     def _pick_task(self) -> str:

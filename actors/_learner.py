@@ -79,6 +79,7 @@ class LearnerActor(pykka.ThreadingActor):
         keep_checkpoints: int = 0,
     ) -> None:
         super().__init__()
+        self._log = log.bind(role="learner", actor="learner")
         self._broker = broker
         self._spec = topology
         self._names = Topology(topology.run)
@@ -115,7 +116,7 @@ class LearnerActor(pykka.ThreadingActor):
             self._names.trajectories, lambda d: ref.tell(("trajectory", d)), prefetch=self._prefetch
         )
         self._idle_since = self._last_step_end = time.monotonic()
-        log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
+        self._log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
 
     def on_stop(self) -> None:
         if self._transport is not None:
@@ -182,7 +183,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._dropped_groups += 1
         self._dropped_episodes += len(group.members)
         self._to_ack.extend(d for _, d in group.members.values())
-        log.warning("group dropped", group=gid, reason=reason, members=len(group.members))
+        self._log.warning("group dropped", group=gid, reason=reason, members=len(group.members))
         self._report({"learner/dropped_episodes_total": float(self._dropped_episodes)})
 
     def _train(self, batch: list[Trajectory], used: list[Delivery]) -> None:
@@ -218,7 +219,7 @@ class LearnerActor(pykka.ThreadingActor):
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
         self._last_step_end = end
-        log.info(
+        self._log.info(
             "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)
         )
         self._report(metrics)

@@ -103,6 +103,7 @@ class RolloutActor(pykka.ThreadingActor):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        self._log = log.bind(role="rollout", actor=rollout_id)
         self._broker = broker
         self._spec = topology
         self._names = Topology(topology.run)
@@ -129,7 +130,7 @@ class RolloutActor(pykka.ThreadingActor):
         self._consumer = self._transport.consume(
             self._names.episodes, self._on_episode, prefetch=self._concurrency
         )
-        log.info("rollout started", rollout=self._id, concurrency=self._concurrency)
+        self._log.info("rollout started", concurrency=self._concurrency)
 
     def on_stop(self) -> None:
         self._stopping.set()
@@ -159,11 +160,11 @@ class RolloutActor(pykka.ThreadingActor):
             # The broker is gone (or we are stopping): the request stays unacked and is
             # redelivered to another rollout actor.
             if self._stopping.is_set():
-                log.info("episode handed back at shutdown", error=str(exc))
+                self._log.info("episode handed back at shutdown", error=str(exc))
             else:
-                log.error("episode abandoned: broker lost", error=str(exc))
+                self._log.error("episode abandoned: broker lost", error=str(exc))
         except BaseException as exc:
-            log.exception("episode crashed; request requeued")
+            self._log.exception("episode crashed; request requeued")
             delivery.nack(requeue=True)
             self.actor_ref.tell(("crash", exc))  # stop the actor: a bug, not a model failure
             raise
@@ -188,14 +189,19 @@ class RolloutActor(pykka.ThreadingActor):
         except _InfraFailure as exc:
             self._bump("infra_retries")
             if req.attempt + 1 < self._limits.max_attempts:
-                log.warning(
-                    "infra failure; episode re-issued", episode=req.episode_id, error=str(exc)
+                self._log.warning(
+                    "infra failure; episode re-issued",
+                    episode=req.episode_id,
+                    task=req.task,
+                    error=str(exc),
                 )
                 retry = replace(req, attempt=req.attempt + 1)
                 self._publish("", self._names.episodes, retry)
                 delivery.ack()
                 return
-            log.error("infra failure; episode given up", episode=req.episode_id, error=str(exc))
+            self._log.error(
+                "infra failure; episode given up", episode=req.episode_id, error=str(exc)
+            )
             traj = _infra_trajectory(req, self._limits.penalty)
         self._publish("", self._names.trajectories, traj)
         delivery.ack()
@@ -245,7 +251,13 @@ class RolloutActor(pykka.ThreadingActor):
                     message = parse_assistant(text)
                 except MalformedToolCall as exc:
                     status, metrics = Status.AGENT_VALIDATION_FAILED, {"malformed": 1.0}
-                    log.debug("malformed tool call", episode=req.episode_id, reason=str(exc))
+                    self._log.debug(
+                        "malformed tool call",
+                        episode=req.episode_id,
+                        task=req.task,
+                        version=result.version,
+                        reason=str(exc),
+                    )
                     break
                 if result.finish_reason == "length" and len(ids) >= lim.max_tokens:
                     status = Status.AGENT_CONTEXT_LIMIT

@@ -70,6 +70,7 @@ class SamplerActor(pykka.ThreadingActor):
         node: str | None = None,
     ) -> None:
         super().__init__()
+        self._log = log.bind(role="sampler", actor=sampler_id, pool=pool)
         self._broker = broker
         self._spec = topology
         self._names = Topology(topology.run)
@@ -108,7 +109,7 @@ class SamplerActor(pykka.ThreadingActor):
             target=self._beat_every_interval, name=f"{self._id}-heartbeat", daemon=True
         )
         self._beats.start()
-        log.info("sampler started", sampler=self._id, pool=self._pool, version=self.version())
+        self._log.info("sampler started", version=self.version())
 
     def on_stop(self) -> None:
         self._stopping.set()
@@ -147,7 +148,7 @@ class SamplerActor(pykka.ThreadingActor):
                 "", self._names.control_rpc, query, timeout=self._query_timeout
             ).result(timeout=self._query_timeout + 1)
         except (TransportError, TimeoutError) as exc:
-            log.warning("no controller answered; serving initial weights", error=str(exc))
+            self._log.warning("no controller answered; serving initial weights", error=str(exc))
             return
         latest = decode(reply.body, expect=CheckpointReady).payload
         target = latest.version - latest.version % self._every
@@ -165,9 +166,7 @@ class SamplerActor(pykka.ThreadingActor):
             future = self._engine.load(ckpt.uri, ckpt.version)
         except (OSError, WeightsMismatch) as exc:
             # A broken or half-written checkpoint: keep serving the weights we have.
-            log.error(
-                "checkpoint rejected", sampler=self._id, version=ckpt.version, error=str(exc)
-            )
+            self._log.error("checkpoint rejected", version=ckpt.version, error=str(exc))
             self._beat("rejected", rejected_version=float(ckpt.version))
             return
         self._loads += 1
@@ -178,15 +177,13 @@ class SamplerActor(pykka.ThreadingActor):
         """The engine serves ``ckpt`` now (or failed to, or was superseded)."""
         error = future.exception()
         if error is not None:
-            log.error("checkpoint load failed", version=ckpt.version, error=repr(error))
+            self._log.error("checkpoint load failed", version=ckpt.version, error=repr(error))
             return
         if self._engine.version != ckpt.version:
             return  # superseded by a newer staged version before it was applied
         lag = time.time() - ckpt.created_at
-        log.info(
+        self._log.info(
             "checkpoint loaded",
-            sampler=self._id,
-            pool=self._pool,
             version=ckpt.version,
             read_s=round(staged, 3),
             since_announce_s=round(lag, 3),
@@ -215,7 +212,7 @@ class SamplerActor(pykka.ThreadingActor):
         try:
             broadcast_nowait(self._transport, self._names.control, "heartbeat.sampler", body)
         except TransportError as exc:
-            log.warning("heartbeat not sent", sampler=self._id, error=repr(exc))
+            self._log.warning("heartbeat not sent", error=repr(exc))
 
     def _engine_stats(self) -> dict[str, float]:
         """The engine's counters (e.g. prefix reuse), for engines that keep any."""
@@ -250,9 +247,9 @@ class SamplerActor(pykka.ThreadingActor):
         if exc is not None:
             # Hand the request back: another sampler (or this one, later) serves it.
             if isinstance(exc, EngineClosed):
-                log.debug("engine closed; request handed back", sampler=self._id)
+                self._log.debug("engine closed; request handed back")
             else:
-                log.error("generation failed; request requeued", error=repr(exc))
+                self._log.error("generation failed; request requeued", error=repr(exc))
             delivery.nack(requeue=True)
             return
         gen = future.result()

@@ -1,7 +1,12 @@
-"""Logging setup for entry points: readable console lines plus a JSON-lines file.
+"""Logging setup for entry points: readable console lines plus JSON-lines files.
 
 Libraries only call `structlog.get_logger(__name__)`; this module is the one
-place that configures where the lines go.
+place that configures where the lines go. Actors bind ``role`` and ``actor`` to
+their loggers (and ``episode``, ``task``, ``version`` where known); with a
+``log_dir`` every JSON line goes to ``<log_dir>/<role>.jsonl`` (lines without a
+role, e.g. the supervisor's own, to ``supervisor.jsonl``), so one process that
+runs several roles still writes one file per role. ``context`` (run, node) is
+bound to every line.
 """
 
 from __future__ import annotations
@@ -20,30 +25,42 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 
 class _Tee:
-    """A final processor: JSON to a file, a console rendering to stderr."""
+    """A final processor: JSON to the role's file, a console rendering to stderr."""
 
-    def __init__(self, json_path: Path | None, console_level: int) -> None:
+    def __init__(self, log_dir: Path | None, console_level: int) -> None:
         self._lock = threading.Lock()
-        self._file = None
-        if json_path is not None:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = json_path.open("a", buffering=1)
+        self._dir = log_dir
+        self._files: dict[str, Any] = {}
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
         self._console = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         self._level = console_level
 
     def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> str:
         level = _LEVELS.get(event.get("level", "info"), 20)
         with self._lock:
-            if self._file is not None:
-                self._file.write(json.dumps(event, default=str) + "\n")
+            if self._dir is not None:
+                self._file(str(event.get("role") or "supervisor")).write(
+                    json.dumps(event, default=str) + "\n"
+                )
             if level >= self._level:
                 sys.stderr.write(self._console(logger, name, dict(event)) + "\n")
         raise structlog.DropEvent
 
+    def _file(self, role: str):
+        fh = self._files.get(role)
+        if fh is None:
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in role)
+            fh = self._files[role] = (self._dir / f"{safe}.jsonl").open("a", buffering=1)
+        return fh
 
-def configure_logging(level: str = "info", json_path: Path | None = None, **context: str) -> None:
-    """Configure structlog once per process; `context` is bound to every line."""
-    tee = _Tee(json_path, _LEVELS.get(level, 20))
+
+def configure_logging(level: str = "info", log_dir: Path | None = None, **context: str) -> None:
+    """Configure structlog once per process: console at ``level``, JSON per role in ``log_dir``.
+
+    ``context`` (e.g. run, node) is bound to every line.
+    """
+    tee = _Tee(log_dir, _LEVELS.get(level, 20))
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
     structlog.configure(

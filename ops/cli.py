@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import threading
 import time
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
-    configure_logging(args.log_level, cfg.run_dir / "logs" / "supervisor.jsonl", run=cfg.run)
+    configure_logging(args.log_level, cfg.run_dir / "logs", run=cfg.run, node=socket.gethostname())
     return Supervisor(cfg, roles).run(progress_every=args.progress_every)
 
 
