@@ -1,0 +1,242 @@
+"""One node's roles as supervised child processes: restart with back-off, drain on SIGTERM.
+
+`NodeSupervisor` starts every role of this node in its own process
+(``agentrl-supervisor start ... --roles ROLE --in-process``), so a crashing
+role takes nothing else down, and watches them:
+
+- a role that dies (non-zero exit or killed by a signal) is restarted after a
+  back-off that doubles from ``backoff_initial`` up to ``backoff_max`` seconds
+  (reset once the role has stayed up for ``stable_after`` seconds); every
+  restart is logged with the exit status and the count;
+- a role that exits 0 has finished (the learner reached ``max_steps`` and
+  broadcast shutdown, or the run was stopped): it is not restarted;
+- SIGTERM or SIGINT to the node forwards SIGTERM to every role, which drains
+  (stops taking work, hands back in-flight messages, exits); roles still
+  running after ``stop_timeout`` seconds are killed.
+
+The node exits when all its roles have exited: 0 if every role finished
+cleanly, 1 otherwise. Which process runs which role is written to
+``<run_dir>/nodes/<node>.json`` (and updated on every restart) for operators and
+tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["NodeSupervisor"]
+
+
+@dataclass
+class _Role:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    restarts: int = 0
+    delay: float = 0.0
+    restart_at: float | None = None
+    exit_code: int | None = None
+    history: list[int] = field(default_factory=list)
+
+
+class NodeSupervisor:
+    """Runs each role of a node in a child process and keeps it running (see module doc)."""
+
+    def __init__(
+        self,
+        roles: dict[str, list[str]],
+        *,
+        node: str,
+        state_file: Path,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+        stable_after: float = 60.0,
+        stop_timeout: float = 120.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``roles`` maps each role to the argv of its child process."""
+        if not roles:
+            raise ValueError("a node needs at least one role")
+        self.node = node
+        self._roles = {name: _Role(name, list(argv)) for name, argv in roles.items()}
+        self._state_file = state_file
+        self._backoff = (backoff_initial, backoff_max)
+        self._stable_after = stable_after
+        self._stop_timeout = stop_timeout
+        self._env = env
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Start every role and supervise them until all have exited."""
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: self.stop())
+        for role in self._roles.values():
+            self._start(role)
+        try:
+            while True:
+                self._reap()
+                if self.stopping.is_set():
+                    break
+                live = [r for r in self._roles.values() if r.process or r.restart_at is not None]
+                if not live:
+                    break
+                self._restart_due()
+                self._wake.wait(0.2)
+                self._wake.clear()
+        finally:
+            self._drain()
+        failed = [r.name for r in self._roles.values() if r.exit_code != 0]
+        log.info("node stopped", node=self.node, failed_roles=failed)
+        return 1 if failed else 0
+
+    def stop(self) -> None:
+        """Ask every role to drain and exit (safe from a signal handler)."""
+        self.stopping.set()
+        self._wake.set()
+
+    def pids(self) -> dict[str, int | None]:
+        return {n: (r.process.pid if r.process else None) for n, r in self._roles.items()}
+
+    # --- internals -----------------------------------------------------------------
+
+    def _start(self, role: _Role) -> None:
+        role.process = subprocess.Popen(role.argv, env=self._env, start_new_session=True)
+        role.started = time.monotonic()
+        role.restart_at = None
+        role.exit_code = None
+        log.info("role started", node=self.node, role=role.name, pid=role.process.pid)
+        self._write_state()
+
+    def _reap(self) -> None:
+        for role in self._roles.values():
+            if role.process is None:
+                continue
+            code = role.process.poll()
+            if code is None:
+                continue
+            role.process = None
+            role.exit_code = code
+            role.history.append(code)
+            if code == 0 or self.stopping.is_set():
+                log.info("role finished", node=self.node, role=role.name, exit_code=code)
+            else:
+                self._schedule_restart(role, code)
+            self._write_state()
+
+    def _schedule_restart(self, role: _Role, code: int) -> None:
+        first, cap = self._backoff
+        up = time.monotonic() - role.started
+        role.delay = (
+            first if up >= self._stable_after or role.delay == 0 else min(cap, role.delay * 2)
+        )
+        role.restart_at = time.monotonic() + role.delay
+        role.restarts += 1
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        log.warning(
+            "role died; restarting",
+            node=self.node,
+            role=role.name,
+            status=how,
+            restarts=role.restarts,
+            delay_s=role.delay,
+        )
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for role in self._roles.values():
+            if role.restart_at is not None and now >= role.restart_at:
+                self._start(role)
+
+    def _drain(self) -> None:
+        """SIGTERM every live role, wait up to stop_timeout, then kill what is left."""
+        running = [r for r in self._roles.values() if r.process is not None]
+        for role in running:
+            log.info("draining role", node=self.node, role=role.name, pid=role.process.pid)
+            _signal(role.process, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_timeout
+        for role in running:
+            try:
+                role.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("role did not drain in time; killed", node=self.node, role=role.name)
+                _signal(role.process, signal.SIGKILL)
+                role.process.wait()
+            role.exit_code = role.process.returncode
+            role.history.append(role.exit_code)
+            role.process = None
+        for role in self._roles.values():
+            role.restart_at = None
+        self._write_state()
+
+    def _write_state(self) -> None:
+        state = {
+            "node": self.node,
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "stopping": self.stopping.is_set(),
+            "roles": {
+                r.name: {
+                    "pid": r.process.pid if r.process else None,
+                    "alive": r.process is not None,
+                    "restarts": r.restarts,
+                    "exit_codes": r.history[-10:],
+                }
+                for r in self._roles.values()
+            },
+        }
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self._state_file)
+
+
+def _signal(process: subprocess.Popen, sig: int) -> None:
+    """Signal a role's whole process group (its own session), if it still exists."""
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing to signal
+        os.killpg(process.pid, sig)
+
+
+def role_argv(argv: Sequence[str], role: str, node: str, torch_threads: int) -> list[str]:
+    """The child command for ``role``: this command line with ``--roles role --in-process``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--roles", "--node", "--torch-threads"):
+            skip = True
+            continue
+        if arg.startswith(("--roles=", "--node=", "--torch-threads=")) or arg == "--in-process":
+            continue
+        out.append(arg)
+    return [
+        sys.executable,
+        "-m",
+        "agentrl.ops.cli",
+        *out,
+        "--roles",
+        role,
+        "--node",
+        node,
+        "--torch-threads",
+        str(torch_threads),
+        "--in-process",
+    ]

@@ -1,0 +1,122 @@
+"""NodeSupervisor with small child programs: restart with back-off, finish, drain, state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from agentrl.ops._node import NodeSupervisor, role_argv
+
+PY = sys.executable
+
+
+def _node(tmp_path, roles, **kw):
+    return NodeSupervisor(
+        roles,
+        node="n1",
+        state_file=tmp_path / "nodes" / "n1.json",
+        backoff_initial=0.1,
+        backoff_max=0.4,
+        **kw,
+    )
+
+
+def _state(tmp_path):
+    return json.loads((tmp_path / "nodes" / "n1.json").read_text())
+
+
+def test_a_crashing_role_is_restarted_with_back_off_until_it_succeeds(tmp_path):
+    counter = tmp_path / "runs"
+    # fails on its first three runs, then exits 0
+    script = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); n = len(p.read_text()) "
+        "if p.exists() else 0; p.write_text('x' * (n + 1)); sys.exit(0 if n >= 3 else 3)"
+    )
+    node = _node(tmp_path, {"flaky": [PY, "-c", script, str(counter)]})
+    start = time.monotonic()
+    assert node.run(install_signals=False) == 0
+    elapsed = time.monotonic() - start
+    assert counter.read_text() == "xxxx"
+    assert elapsed >= 0.1 + 0.2 + 0.4  # back-off 0.1, 0.2, 0.4 (capped) between the four runs
+    role = _state(tmp_path)["roles"]["flaky"]
+    assert role["restarts"] == 3 and role["exit_codes"] == [3, 3, 3, 0]
+
+
+def test_a_killed_role_is_restarted_and_others_keep_running(tmp_path):
+    node = _node(
+        tmp_path,
+        {
+            "victim": [PY, "-c", "import time; time.sleep(60)"],
+            "bystander": [PY, "-c", "import time; time.sleep(60)"],
+        },
+        stop_timeout=10,
+    )
+    thread = threading.Thread(target=lambda: setattr(node, "code", node.run(install_signals=False)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while None in node.pids().values() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first, bystander = node.pids()["victim"], node.pids()["bystander"]
+        os.kill(first, signal.SIGKILL)
+        while node.pids()["victim"] in (None, first) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node.pids()["victim"] not in (None, first)
+        assert node.pids()["bystander"] == bystander
+        state = _state(tmp_path)["roles"]
+        assert state["victim"]["restarts"] == 1 and state["victim"]["exit_codes"] == [-9]
+    finally:
+        node.stop()
+        thread.join(30)
+    assert node.code == 1  # drained by SIGTERM: the sleepers died of it, not exit 0
+
+
+def test_sigterm_drains_every_role_and_clean_exits_count_as_success(tmp_path):
+    drains = (
+        "import signal, sys, time, pathlib\n"
+        "def bye(*_):\n"
+        "    pathlib.Path(sys.argv[1]).write_text('drained')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "time.sleep(60)\n"
+    )
+    a, b = tmp_path / "a", tmp_path / "b"
+    node = _node(tmp_path, {"a": [PY, "-c", drains, str(a)], "b": [PY, "-c", drains, str(b)]})
+    threading.Timer(1.0, node.stop).start()
+    assert node.run(install_signals=False) == 0
+    assert a.read_text() == b.read_text() == "drained"
+    state = _state(tmp_path)
+    assert state["stopping"] and not any(r["alive"] for r in state["roles"].values())
+
+
+def test_a_role_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path):
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    node = _node(tmp_path, {"stubborn": [PY, "-c", stubborn]}, stop_timeout=0.5)
+    threading.Timer(1.0, node.stop).start()
+    start = time.monotonic()
+    assert node.run(install_signals=False) == 1
+    assert time.monotonic() - start < 10
+    assert _state(tmp_path)["roles"]["stubborn"]["exit_codes"] == [-9]
+
+
+def test_role_argv_reruns_this_command_for_one_role_in_process():
+    argv = [
+        "start",
+        "--config",
+        "c.yaml",
+        "--roles",
+        "sampler,rollout",
+        "--node=x",
+        "--max-steps",
+        "3",
+    ]
+    out = role_argv(argv, "rollout", "b", 1)
+    assert out[:3] == [sys.executable, "-m", "agentrl.ops.cli"]
+    assert out[3:] == [
+        "start", "--config", "c.yaml", "--max-steps", "3",
+        "--roles", "rollout", "--node", "b", "--torch-threads", "1", "--in-process",
+    ]  # fmt: skip
