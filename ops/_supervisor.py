@@ -32,6 +32,7 @@ from agentrl.actors import (
     TopologySpec,
     TorchEngine,
 )
+from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.messages import BrokerRefused, CheckpointReady, Topology, connect
 from agentrl.trainer import (
@@ -87,14 +88,15 @@ class Supervisor:
         """Run `roles` of `cfg` on this node.
 
         `make_engine(weights, version, max_batch)` and `make_backend(weights, version)`
-        replace the torch engine and learner (the scheduling benchmark plugs in simulated ones).
+        replace every pool's engine (its `engine`: torch or vllm) and the torch learner (the
+        scheduling benchmark plugs in simulated ones).
         """
         unknown = set(roles) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown roles {sorted(unknown)}; known: {', '.join(ROLES)}")
         self.cfg = cfg
         self.roles = roles
-        self._make_engine = make_engine or self._torch_engine
+        self._make_engine = make_engine
         self._make_backend = make_backend or self._torch_backend
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
@@ -156,6 +158,9 @@ class Supervisor:
         if "sampler" in self.roles:
             for pool, pc in cfg.pools.items():
                 pool_weights = resolve_model(pc.model) if pc.model else weights
+                make_engine = self._make_engine or (
+                    self._vllm_engine if pc.engine == "vllm" else self._torch_engine
+                )
                 for i in range(pc.replicas):
                     self._spawn(
                         f"sampler-{pool}-{i}",
@@ -165,7 +170,7 @@ class Supervisor:
                         pool=pool,
                         every=pc.every,
                         engine_factory=functools.partial(
-                            self._make_engine, pool_weights, version, pc.max_batch
+                            make_engine, pool_weights, version, pc.max_batch
                         ),
                         sampler_id=f"sampler-{pool}-{i}",
                         prefetch=2 * pc.max_batch,
@@ -310,6 +315,17 @@ class Supervisor:
     def _torch_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
         return torch_engine(
             weights, version, max_batch, dtype=self.cfg.learner.dtype, seed=self.cfg.seed
+        )
+
+    def _vllm_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
+        ln = self.cfg.learner  # same device type and dtype as the learner (docs/engines.md)
+        return VLLMEngine(
+            weights,
+            device=ln.device,
+            dtype=ln.dtype,
+            max_batch=max_batch,
+            seed=self.cfg.seed,
+            version=version,
         )
 
     def _spawn(self, name: str, cls, **kwargs) -> None:

@@ -61,6 +61,18 @@ def test_every_problem_is_listed_in_one_pass():
     assert str(info.value).startswith(f"config: {len(expected)} problem(s):")
 
 
+def test_pool_engine_is_torch_or_vllm_and_listed_with_the_rest():
+    pools = {"a": {"engine": "vllm"}, "b": {}, "c": {"engine": "sglang", "replicas": 0}}
+    with pytest.raises(ConfigError) as info:
+        parse_config({"run": "ok", "pools": pools})
+    assert info.value.problems == [
+        "pools.c.replicas: must be >= 1",
+        "pools.c.engine: 'sglang' is not torch or vllm",
+    ]
+    cfg = parse_config({"run": "ok", "pools": {"a": {"engine": "vllm"}, "b": {}}})
+    assert (cfg.pools["a"].engine, cfg.pools["b"].engine) == ("vllm", "torch")
+
+
 def test_a_section_of_the_wrong_type_is_reported_with_the_rest():
     with pytest.raises(ConfigError) as info:
         parse_config({"run": "ok", "rollout": [1, 2], "staleness": {"max": -1}})
