@@ -13,7 +13,7 @@ from ._learner import LearnerActor
 from ._metrics import batch_metrics, is_success
 from ._rollout import EpisodeLimits, RolloutActor
 from ._sampler import SamplerActor
-from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter
+from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, subscribe
 
 __all__ = [
     "ControllerActor",
@@ -34,4 +34,5 @@ __all__ = [
     "declare",
     "decode_or_dead_letter",
     "is_success",
+    "subscribe",
 ]

@@ -38,7 +38,7 @@ from agentrl.messages import (
     encode,
 )
 
-from ._wire import TopologySpec, declare, decode_or_dead_letter, subscribe, wait_all
+from ._wire import TopologySpec, declare, decode_or_dead_letter, forward_to, subscribe, wait_all
 
 log = structlog.get_logger(__name__)
 
@@ -98,22 +98,20 @@ class ControllerActor(pykka.ThreadingActor):
         self._transport = connect(self._broker, name=f"{self._spec.run}-controller")
         declare(self._transport, self._spec)
         ref = self.actor_ref
-        subscribe(self._transport, self._names.checkpoints, lambda d: ref.tell(("checkpoint", d)))
+        subscribe(self._transport, self._names.checkpoints, forward_to(ref, "checkpoint"))
         subscribe(
             self._transport,
             self._names.control,
-            lambda d: ref.tell(("metrics", d)),
+            forward_to(ref, "metrics"),
             routing_key="metrics.learner",
         )
         subscribe(
             self._transport,
             self._names.control,
-            lambda d: ref.tell(("heartbeat", d)),
+            forward_to(ref, "heartbeat"),
             routing_key="heartbeat.#",
         )
-        self._transport.consume(
-            self._names.control_rpc, lambda d: ref.tell(("rpc", d)), prefetch=16
-        )
+        self._transport.consume(self._names.control_rpc, forward_to(ref, "rpc"), prefetch=16)
         self._log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
         self._admit()
 

@@ -27,6 +27,7 @@ import structlog
 
 from agentrl.messages import (
     CheckpointReady,
+    ControlCommand,
     Delivery,
     MetricsReport,
     Topology,
@@ -37,7 +38,7 @@ from agentrl.messages import (
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._metrics import batch_metrics
-from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter
+from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +114,7 @@ class LearnerActor(pykka.ThreadingActor):
         declare(self._transport, self._spec)
         ref = self.actor_ref
         self._transport.consume(
-            self._names.trajectories, lambda d: ref.tell(("trajectory", d)), prefetch=self._prefetch
+            self._names.trajectories, forward_to(ref, "trajectory"), prefetch=self._prefetch
         )
         self._idle_since = self._last_step_end = time.monotonic()
         self._log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
@@ -228,6 +229,10 @@ class LearnerActor(pykka.ThreadingActor):
         if self._on_batch is not None:
             self._on_batch(version, batch)
         if self._max_steps is not None and self._steps >= self._max_steps:
+            self._log.info("max_steps reached; asking every node to stop", steps=self._steps)
+            command = ControlCommand(command="shutdown", reason=f"max_steps {self._max_steps}")
+            body = encode(command, run=self._spec.run)
+            broadcast(self._transport, self._names.control, "command.shutdown", body)
             self._done.set()
 
     def _report(self, values: dict[str, float]) -> None:

@@ -45,7 +45,14 @@ from agentrl.messages import (
 from agentrl.trainer import checkpoint_digest
 
 from ._engine import EngineClosed, SamplerEngine, WeightsMismatch
-from ._wire import TopologySpec, broadcast_nowait, declare, decode_or_dead_letter, subscribe
+from ._wire import (
+    TopologySpec,
+    broadcast_nowait,
+    declare,
+    decode_or_dead_letter,
+    forward_to,
+    subscribe,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +104,7 @@ class SamplerActor(pykka.ThreadingActor):
         subscribe(
             self._transport,
             self._names.checkpoints,
-            lambda d: ref.tell(("checkpoint", d)),
+            forward_to(ref, "checkpoint"),
             prefetch=4,
         )
         self._catch_up()
@@ -212,7 +219,8 @@ class SamplerActor(pykka.ThreadingActor):
         try:
             broadcast_nowait(self._transport, self._names.control, "heartbeat.sampler", body)
         except TransportError as exc:
-            self._log.warning("heartbeat not sent", error=repr(exc))
+            level = self._log.debug if self._stopping.is_set() else self._log.warning
+            level("heartbeat not sent", error=repr(exc))
 
     def _engine_stats(self) -> dict[str, float]:
         """The engine's counters (e.g. prefix reuse), for engines that keep any."""

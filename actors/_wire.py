@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import pykka
 import structlog
 
 from agentrl.messages import Delivery, MessageError, Topology, Transport, Unroutable, decode
@@ -80,6 +81,23 @@ def broadcast_nowait(transport: Transport, exchange: str, routing_key: str, body
             log.warning("broadcast not confirmed", routing_key=routing_key, error=repr(error))
 
     transport.publish(exchange, routing_key, body).add_done_callback(settled)
+
+
+def forward_to(ref, kind: str) -> Callable[[Delivery], None]:
+    """A consumer callback that hands each delivery to actor ``ref`` as ``(kind, delivery)``.
+
+    Deliveries that arrive while the actor is stopping (its transport not yet
+    closed) go back to the broker (nack with requeue) instead of raising on the
+    I/O thread: another consumer, or this one after a restart, gets them.
+    """
+
+    def forward(delivery: Delivery) -> None:
+        try:
+            ref.tell((kind, delivery))
+        except pykka.ActorDeadError:
+            delivery.nack(requeue=True)
+
+    return forward
 
 
 def subscribe(

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,10 +32,22 @@ from agentrl.actors import (
     TaskEntry,
     TopologySpec,
     TorchEngine,
+    declare,
+    decode_or_dead_letter,
+    subscribe,
 )
 from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
-from agentrl.messages import BrokerRefused, CheckpointReady, Topology, connect
+from agentrl.messages import (
+    BrokerRefused,
+    CheckpointReady,
+    ControlCommand,
+    Delivery,
+    Topology,
+    Unroutable,
+    connect,
+    encode,
+)
 from agentrl.trainer import (
     LearnerBackend,
     TorchLearner,
@@ -84,6 +97,7 @@ class Supervisor:
         *,
         make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
         make_backend: Callable[[Path, int], LearnerBackend] | None = None,
+        node: str | None = None,
     ) -> None:
         """Run `roles` of `cfg` on this node.
 
@@ -96,6 +110,7 @@ class Supervisor:
             raise ValueError(f"unknown roles {sorted(unknown)}; known: {', '.join(ROLES)}")
         self.cfg = cfg
         self.roles = roles
+        self.node = node or socket.gethostname()
         self._make_engine = make_engine
         self._make_backend = make_backend or self._torch_backend
         self.done = threading.Event()
@@ -172,7 +187,8 @@ class Supervisor:
                         engine_factory=functools.partial(
                             make_engine, pool_weights, version, pc.max_batch
                         ),
-                        sampler_id=f"sampler-{pool}-{i}",
+                        sampler_id=f"sampler-{self.node}-{pool}-{i}",
+                        node=self.node,
                         prefetch=2 * pc.max_batch,
                     )
         if "controller" in self.roles:
@@ -214,12 +230,13 @@ class Supervisor:
                         generate_timeout=r.generate_timeout,
                     ),
                     concurrency=r.concurrency,
-                    rollout_id=f"rollout-{i}",
+                    rollout_id=f"rollout-{self.node}-{i}",
                     seed=cfg.seed + i,
                 )
-        self._progress = Progress(
-            connect(cfg.broker, name=f"{cfg.run}-status"), Topology(cfg.run), tuple(cfg.pools)
-        )
+        status = connect(cfg.broker, name=f"{cfg.run}-{self.node}-status")
+        declare(status, spec)  # the control exchange may not exist yet (idempotent)
+        self._progress = Progress(status, Topology(cfg.run), tuple(cfg.pools))
+        subscribe(status, Topology(cfg.run).control, self._on_command, routing_key="command.#")
 
     def _learner_args(self, spec, weights: Path, version: int, tokenizer) -> dict:
         cfg, ln = self.cfg, self.cfg.learner
@@ -287,11 +304,17 @@ class Supervisor:
             transport.close()
 
     def _torch_threads(self) -> int:
-        if self.cfg.torch_threads:
-            return self.cfg.torch_threads
-        engines = sum(p.replicas for p in self.cfg.pools.values()) if "sampler" in self.roles else 0
-        compute = engines + (1 if "learner" in self.roles else 0)
-        return max(1, (os.cpu_count() or 1) // max(compute, 1))
+        return self.cfg.torch_threads or node_torch_threads(self.cfg, self.roles)
+
+    def _on_command(self, delivery: Delivery) -> None:
+        """A ControlCommand on the control exchange (I/O thread): shutdown drains this node."""
+        msg = decode_or_dead_letter(delivery, ControlCommand)
+        if msg is None:
+            return
+        delivery.ack()
+        if msg.payload.command == "shutdown":
+            log.info("shutdown requested", node=self.node, reason=msg.payload.reason)
+            self.done.set()
 
     def _torch_backend(self, weights: Path, version: int) -> LearnerBackend:
         cfg, ln = self.cfg, self.cfg.learner
@@ -361,6 +384,31 @@ class Supervisor:
         if progress is not None:
             progress.close()
             self._progress = None
+
+
+def node_torch_threads(cfg: RunConfig, roles: tuple[str, ...]) -> int:
+    """Intra-op threads per compute process: this node's cores / (engines + learner).
+
+    torch's default (every core in every process) oversubscribes the cores as soon
+    as an engine and the learner share a node, and each then runs several times slower.
+    """
+    engines = sum(p.replicas for p in cfg.pools.values()) if "sampler" in roles else 0
+    compute = engines + (1 if "learner" in roles else 0)
+    return max(1, (os.cpu_count() or 1) // max(compute, 1))
+
+
+def stop_run(broker: str, run: str, reason: str) -> bool:
+    """Ask every node of ``run`` to drain and exit; False when no node was listening."""
+    transport = connect(broker, name=f"{run}-stop")
+    try:
+        body = encode(ControlCommand(command="shutdown", reason=reason), run=run)
+        try:
+            transport.publish(Topology(run).control, "command.shutdown", body).result(30)
+        except Unroutable:
+            return False
+        return True
+    finally:
+        transport.close()
 
 
 def _redacted(cfg: RunConfig) -> dict:

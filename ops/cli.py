@@ -8,10 +8,13 @@ import sys
 import threading
 import time
 
+from agentrl.messages import BrokerRefused, TransportError
+
 from ._config import ConfigError, load_config
 from ._logging import configure_logging
+from ._node import NodeSupervisor, role_argv
 from ._status import StatusError, client_for, format_status, status_json
-from ._supervisor import ROLES, Supervisor
+from ._supervisor import ROLES, Supervisor, node_torch_threads, stop_run
 
 __all__ = ["main"]
 
@@ -31,6 +34,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     start.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
+    start.add_argument(
+        "--node", default=socket.gethostname(), help="this node's name (logs, state)"
+    )
+    start.add_argument("--torch-threads", type=int, help="override the config's torch_threads")
+    start.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every role in this process (always so for memory://); by default each role "
+        "of an amqp:// run gets its own supervised process",
+    )
+    stop = sub.add_parser("stop", help="ask every node of a run to drain and exit")
+    stop.add_argument("--broker", required=True, help="the run's broker URL (amqp://)")
+    stop.add_argument("--run", required=True, help="the run name")
+    stop.add_argument("--reason", default="agentrl-supervisor stop", help="logged by every node")
     status = sub.add_parser("status", help="a run's queues from the RabbitMQ management API")
     status.add_argument("--broker", required=True, help="the run's broker URL (amqp://)")
     status.add_argument("--run", required=True, help="the run name")
@@ -81,10 +98,32 @@ def _status(args: argparse.Namespace) -> int:
         return 0
 
 
+def _stop(args: argparse.Namespace) -> int:
+    if args.broker.startswith("memory://"):
+        print(
+            "agentrl-supervisor: a memory:// run lives in one process; stop it with Ctrl-C",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        heard = stop_run(args.broker, args.run, args.reason)
+    except (BrokerRefused, TransportError) as exc:
+        print(f"agentrl-supervisor: cannot reach run {args.run!r}: {exc}", file=sys.stderr)
+        return 1
+    if not heard:
+        print(f"agentrl-supervisor: no node of run {args.run!r} is listening", file=sys.stderr)
+        return 1
+    print(f"asked every node of run {args.run!r} to drain and stop")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "status":
         return _status(args)
+    if args.command == "stop":
+        return _stop(args)
     try:
         cfg = load_config(
             args.config,
@@ -93,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             model=args.model,
             max_steps=args.max_steps,
             output_dir=args.output_dir,
+            torch_threads=args.torch_threads,
         )
     except ConfigError as exc:
         print(f"agentrl-supervisor: {exc}", file=sys.stderr)
@@ -104,8 +144,18 @@ def main(argv: list[str] | None = None) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
-    configure_logging(args.log_level, cfg.run_dir / "logs", run=cfg.run, node=socket.gethostname())
-    return Supervisor(cfg, roles).run(progress_every=args.progress_every)
+    log_dir = cfg.run_dir / "logs" / args.node
+    if args.in_process or cfg.broker.startswith("memory://"):
+        configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
+        return Supervisor(cfg, roles, node=args.node).run(progress_every=args.progress_every)
+    configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node, role="node")
+    threads = cfg.torch_threads or node_torch_threads(cfg, roles)
+    node = NodeSupervisor(
+        {role: role_argv(argv, role, args.node, threads) for role in roles},
+        node=args.node,
+        state_file=cfg.run_dir / "nodes" / f"{args.node}.json",
+    )
+    return node.run()
 
 
 if __name__ == "__main__":

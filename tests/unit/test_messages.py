@@ -280,7 +280,10 @@ def test_reject_unknown_kind() -> None:
 
 
 def test_reject_schema_mismatch() -> None:
-    body = rewrite(encode(CheckpointQuery("x"), run="r"), lambda w: w["envelope"].update(schema=SCHEMA_VERSION + 1))
+    body = rewrite(
+        encode(CheckpointQuery("x"), run="r"),
+        lambda w: w["envelope"].update(schema=SCHEMA_VERSION + 1),
+    )
     assert decode_error(body).startswith("checkpoint_query: schema version 3 not supported")
 
 

@@ -1,0 +1,50 @@
+"""Stopping a run through the control exchange: `stop_run`, and the learner's own at max_steps."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from agentrl.actors import TopologySpec, declare
+from agentrl.messages import BrokerRefused, connect
+from agentrl.ops import Supervisor, parse_config
+from agentrl.ops._supervisor import stop_run
+from tests.smoke_helpers import smoke_config
+
+
+def test_stop_run_drains_a_running_supervisor(tmp_path):
+    run = f"stop-{uuid.uuid4().hex[:6]}"
+    broker = f"memory://{run}"
+    cfg = parse_config(smoke_config(tmp_path, broker, run, steps=1000))
+    supervisor = Supervisor(cfg, node="n1")
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault("code", supervisor.run(install_signals=False))
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        heard = False
+        while not heard and time.monotonic() < deadline:
+            try:
+                heard = stop_run(broker, run, "test asked")
+            except BrokerRefused:  # the topology is not declared yet
+                time.sleep(0.2)
+        assert heard
+        thread.join(60)
+        assert not thread.is_alive() and result["code"] == 0
+    finally:
+        supervisor.done.set()
+        thread.join(60)
+
+
+def test_stop_run_says_when_no_node_listens():
+    run = f"stop-{uuid.uuid4().hex[:6]}"
+    broker = f"memory://{run}"
+    transport = connect(broker, name="setup")
+    try:
+        declare(transport, TopologySpec(run, ("current",), 8))
+        assert stop_run(broker, run, "nobody") is False
+    finally:
+        transport.close()
