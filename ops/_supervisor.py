@@ -58,6 +58,7 @@ from agentrl.trainer import (
 
 from ._config import RunConfig
 from ._progress import Progress
+from ._tensorboard import EventWriter
 
 log = structlog.get_logger(__name__)
 
@@ -241,12 +242,15 @@ class Supervisor:
     def _learner_args(self, spec, weights: Path, version: int, tokenizer) -> dict:
         cfg, ln = self.cfg, self.cfg.learner
         metrics_path = cfg.run_dir / "metrics.jsonl"
+        events = EventWriter(cfg.run_dir / "tensorboard")
 
         def on_metrics(values: dict[str, float]) -> None:
+            now = time.time()
             with self._metrics_lock:
                 self.last_metrics = dict(values)
             with metrics_path.open("a") as fh:
-                fh.write(json.dumps({"time": time.time(), **values}) + "\n")
+                fh.write(json.dumps({"time": now, **values}) + "\n")
+            events.add_scalars(int(values.get("version", 0)), values, wall_time=now)
 
         samples_path = cfg.run_dir / "samples.jsonl"
 

@@ -45,6 +45,8 @@ def run_smoke(tmp_path: Path, broker: str, run: str, steps: int = 2) -> list[dic
         assert "env/calculator/reward" in m and "learner/step_time" in m
     # fp32 engine and fp32 learner agree on tokens sampled by the learner's own version
     # (update 1 trains on version-0 tokens only, so the metric is there at least once)
+    events = list((cfg.run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
     gaps = [m["rollout/logprob_gap_current"] for m in metrics if "rollout/logprob_gap_current" in m]
     assert gaps and max(gaps) < 1e-3, gaps
     return metrics
