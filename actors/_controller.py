@@ -33,6 +33,7 @@ from agentrl.messages import (
     EpisodeRequest,
     Heartbeat,
     MetricsReport,
+    StatusQuery,
     Topology,
     connect,
     encode,
@@ -89,7 +90,8 @@ class ControllerActor(pykka.ThreadingActor):
         self._dropped = 0
         self._groups = 0
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
-        self._samplers: dict[str, Heartbeat] = {}
+        self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
+        self._learner_metrics: dict[str, float] = {}
         self._transport = None
 
     # --- lifecycle -------------------------------------------------------------------
@@ -159,8 +161,28 @@ class ControllerActor(pykka.ThreadingActor):
                 "served": int(beat.state.get("served", 0)),
                 "age": now - beat.at,
             }
-            for sid, beat in self._samplers.items()
+            for sid, beat in self._beats.items()
+            if beat.role == "sampler"
         }
+
+    def status(self, alive_within: float = 30.0) -> dict[str, float]:
+        """The run as the controller sees it, flat (the `StatusQuery` reply; docs/metrics.md).
+
+        Actors count as alive when their last heartbeat is younger than ``alive_within``
+        seconds. The learner's latest metrics are included under their own names.
+        """
+        now = time.time()
+        out: dict[str, float] = dict(self._learner_metrics)
+        out.update({f"controller/{k}": float(v) for k, v in self.stats().items()})
+        for beat in self._beats.values():
+            state = "alive" if now - beat.at < alive_within else "silent"
+            key = f"actors/{beat.node}/{beat.role}/{state}"
+            out[key] = out.get(key, 0.0) + 1
+        for pool, versions in self.pool_versions().items():
+            out[f"pool/{pool}/samplers"] = float(len(versions))
+            out[f"pool/{pool}/version_min"] = float(min(versions))
+            out[f"pool/{pool}/version_max"] = float(max(versions))
+        return out
 
     def pool_versions(self) -> dict[str, list[int]]:
         """Pool -> the versions its samplers serve (sorted, one entry per sampler)."""
@@ -174,10 +196,9 @@ class ControllerActor(pykka.ThreadingActor):
         if msg is None:
             return
         beat = msg.payload
-        if beat.role == "sampler":
-            known = self._samplers.get(beat.actor_id)
-            if known is None or beat.at >= known.at:
-                self._samplers[beat.actor_id] = beat
+        known = self._beats.get(beat.actor_id)
+        if known is None or beat.at >= known.at:
+            self._beats[beat.actor_id] = beat
         delivery.ack()
 
     def _on_checkpoint(self, delivery: Delivery) -> None:
@@ -193,6 +214,7 @@ class ControllerActor(pykka.ThreadingActor):
         msg = decode_or_dead_letter(delivery, MetricsReport)
         if msg is None:
             return
+        self._learner_metrics = dict(msg.payload.values)
         dropped = msg.payload.values.get("learner/dropped_episodes_total")
         if dropped is not None and int(dropped) > self._dropped:
             self._dropped = int(dropped)
@@ -200,10 +222,16 @@ class ControllerActor(pykka.ThreadingActor):
         self._admit()
 
     def _on_rpc(self, delivery: Delivery) -> None:
-        msg = decode_or_dead_letter(delivery, CheckpointQuery)
+        msg = decode_or_dead_letter(delivery, (CheckpointQuery, StatusQuery))
         if msg is None:
             return
-        self._transport.reply(delivery, encode(self._latest, run=self._spec.run)).result()
+        if isinstance(msg.payload, StatusQuery):
+            answer = MetricsReport(
+                source="controller", step=self._latest.version, values=self.status()
+            )
+        else:
+            answer = self._latest
+        self._transport.reply(delivery, encode(answer, run=self._spec.run)).result()
         delivery.ack()
 
     # --- admission -------------------------------------------------------------------

@@ -16,6 +16,7 @@ replacements (see the controller's admission rule).
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import LearnerBackend, build_batch
 
+from ._heartbeat import HeartbeatSender
 from ._metrics import batch_metrics
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
@@ -78,6 +80,8 @@ class LearnerActor(pykka.ThreadingActor):
         on_batch: Callable[[int, list[Trajectory]], None] | None = None,
         done: threading.Event | None = None,
         keep_checkpoints: int = 0,
+        node: str | None = None,
+        heartbeat_interval: float = 10.0,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
@@ -107,6 +111,9 @@ class LearnerActor(pykka.ThreadingActor):
         self._last_step_end = time.monotonic()
         self._backend = None
         self._transport = None
+        self._node = node or socket.gethostname()
+        self._interval = heartbeat_interval
+        self._heartbeat: HeartbeatSender | None = None
 
     def on_start(self) -> None:
         self._backend = self._backend_factory()
@@ -117,9 +124,26 @@ class LearnerActor(pykka.ThreadingActor):
             self._names.trajectories, forward_to(ref, "trajectory"), prefetch=self._prefetch
         )
         self._idle_since = self._last_step_end = time.monotonic()
+        self._heartbeat = HeartbeatSender(
+            self._transport,
+            self._spec.run,
+            node=self._node,
+            role="learner",
+            actor_id="learner",
+            interval=self._interval,
+            state=lambda: {
+                "version": float(self._version),
+                "steps": float(self._steps),
+                "buffered_groups": float(len(self._groups)),
+                "dropped_episodes": float(self._dropped_episodes),
+            },
+        )
+        self._heartbeat.start()
         self._log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
 
     def on_stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self._transport is not None:
             self._transport.close()  # unacked trajectories go back to the queue
 

@@ -24,6 +24,7 @@ learner can complete the group with the surviving members.
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 import uuid
@@ -55,6 +56,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import episode_reward
 
+from ._heartbeat import HeartbeatSender
 from ._wire import TopologySpec, declare, decode_or_dead_letter
 
 log = structlog.get_logger(__name__)
@@ -101,6 +103,8 @@ class RolloutActor(pykka.ThreadingActor):
         concurrency: int,
         rollout_id: str,
         seed: int = 0,
+        node: str | None = None,
+        heartbeat_interval: float = 10.0,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="rollout", actor=rollout_id)
@@ -122,6 +126,9 @@ class RolloutActor(pykka.ThreadingActor):
         self._stopping = threading.Event()
         self._counts_lock = threading.Lock()
         self._counts = {"started": 0, "finished": 0, "infra_retries": 0, "turns": 0}
+        self._node = node or socket.gethostname()
+        self._interval = heartbeat_interval
+        self._heartbeat: HeartbeatSender | None = None
 
     def on_start(self) -> None:
         self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
@@ -130,10 +137,22 @@ class RolloutActor(pykka.ThreadingActor):
         self._consumer = self._transport.consume(
             self._names.episodes, self._on_episode, prefetch=self._concurrency
         )
+        self._heartbeat = HeartbeatSender(
+            self._transport,
+            self._spec.run,
+            node=self._node,
+            role="rollout",
+            actor_id=self._id,
+            interval=self._interval,
+            state=lambda: {k: float(v) for k, v in self.stats().items()},
+        )
+        self._heartbeat.start()
         self._log.info("rollout started", concurrency=self._concurrency)
 
     def on_stop(self) -> None:
         self._stopping.set()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self._consumer is not None:
             self._consumer.cancel()
         if self._executor is not None:

@@ -21,7 +21,6 @@ seconds. The controller keeps the table; `bench/fanout.py` times fan-out by them
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -34,7 +33,6 @@ from agentrl.messages import (
     Delivery,
     GenerateRequest,
     GenerateResult,
-    Heartbeat,
     Topology,
     TransportError,
     Unroutable,
@@ -45,9 +43,9 @@ from agentrl.messages import (
 from agentrl.trainer import checkpoint_digest
 
 from ._engine import EngineClosed, SamplerEngine, WeightsMismatch
+from ._heartbeat import HeartbeatSender
 from ._wire import (
     TopologySpec,
-    broadcast_nowait,
     declare,
     decode_or_dead_letter,
     forward_to,
@@ -93,13 +91,22 @@ class SamplerActor(pykka.ThreadingActor):
         self._loads = 0
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
-        self._stopping = threading.Event()
-        self._beats: threading.Thread | None = None
+        self._heartbeat: HeartbeatSender | None = None
 
     def on_start(self) -> None:
         self._engine = self._engine_factory()
         self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
         declare(self._transport, self._spec)
+        self._heartbeat = HeartbeatSender(
+            self._transport,
+            self._spec.run,
+            node=self._node,
+            role="sampler",
+            actor_id=self._id,
+            interval=self._interval,
+            state=self._gauges,
+            labels={"pool": self._pool},
+        )
         ref = self.actor_ref
         subscribe(
             self._transport,
@@ -111,17 +118,12 @@ class SamplerActor(pykka.ThreadingActor):
         self._transport.consume(
             self._names.generate_queue(self._pool), self._on_request, prefetch=self._prefetch
         )
-        self._beat("started")
-        self._beats = threading.Thread(
-            target=self._beat_every_interval, name=f"{self._id}-heartbeat", daemon=True
-        )
-        self._beats.start()
+        self._heartbeat.start()
         self._log.info("sampler started", version=self.version())
 
     def on_stop(self) -> None:
-        self._stopping.set()
-        if self._beats is not None:
-            self._beats.join()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self._transport is not None:
             self._transport.close()
         if self._engine is not None:
@@ -174,7 +176,7 @@ class SamplerActor(pykka.ThreadingActor):
         except (OSError, WeightsMismatch) as exc:
             # A broken or half-written checkpoint: keep serving the weights we have.
             self._log.error("checkpoint rejected", version=ckpt.version, error=str(exc))
-            self._beat("rejected", rejected_version=float(ckpt.version))
+            self._heartbeat.beat("rejected", rejected_version=float(ckpt.version))
             return
         self._loads += 1
         staged = time.monotonic() - start
@@ -195,43 +197,20 @@ class SamplerActor(pykka.ThreadingActor):
             read_s=round(staged, 3),
             since_announce_s=round(lag, 3),
         )
-        self._beat("loaded", since_announce=lag, read_seconds=staged)
+        self._heartbeat.beat("loaded", since_announce=lag, read_seconds=staged)
 
     # --- heartbeats --------------------------------------------------------------------
 
-    def _beat(self, event: str, **gauges: float) -> None:
-        """Tell the controller the version this sampler serves (never blocks, never raises)."""
-        beat = Heartbeat(
-            node=self._node,
-            role="sampler",
-            actor_id=self._id,
-            at=time.time(),
-            state={
-                "version": float(self._engine.version),
-                "served": float(self._served),
-                "loads": float(self._loads),
-                **self._engine_stats(),
-                **gauges,
-            },
-            labels={"pool": self._pool, "event": event},
-        )
-        body = encode(beat, run=self._spec.run)
-        try:
-            broadcast_nowait(self._transport, self._names.control, "heartbeat.sampler", body)
-        except TransportError as exc:
-            level = self._log.debug if self._stopping.is_set() else self._log.warning
-            level("heartbeat not sent", error=repr(exc))
-
-    def _engine_stats(self) -> dict[str, float]:
-        """The engine's counters (e.g. prefix reuse), for engines that keep any."""
-        stats = getattr(self._engine, "stats", None)
-        if stats is None:
-            return {}
-        return {f"engine_{k}": float(v) for k, v in stats().items()}
-
-    def _beat_every_interval(self) -> None:
-        while not self._stopping.wait(self._interval):
-            self._beat("alive")
+    def _gauges(self) -> dict[str, float]:
+        gauges = {
+            "version": float(self._engine.version),
+            "served": float(self._served),
+            "loads": float(self._loads),
+        }
+        stats = getattr(self._engine, "stats", None)  # e.g. prefix reuse counters
+        if stats is not None:
+            gauges.update({f"engine_{k}": float(v) for k, v in stats().items()})
+        return gauges
 
     # --- requests (I/O thread) ---------------------------------------------------------
 

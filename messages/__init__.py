@@ -20,6 +20,7 @@ from ._records import (
     Message,
     MetricsReport,
     Payload,
+    StatusQuery,
     ToolCall,
     Trajectory,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "MessageError",
     "MetricsReport",
     "Payload",
+    "StatusQuery",
     "ToolCall",
     "Topology",
     "Trajectory",

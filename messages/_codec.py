@@ -80,8 +80,12 @@ def encode(payload: Payload, *, run: str, message_id: str | None = None) -> byte
 def decode(body: bytes, expect: None = None) -> Message[Payload]: ...
 @overload
 def decode(body: bytes, expect: type[P]) -> Message[P]: ...
-def decode(body: bytes, expect: type[Payload] | None = None) -> Message[Any]:
-    """Unpack and validate a message; with ``expect``, also require that kind.
+@overload
+def decode(body: bytes, expect: tuple[type[Payload], ...]) -> Message[Payload]: ...
+def decode(
+    body: bytes, expect: type[Payload] | tuple[type[Payload], ...] | None = None
+) -> Message[Any]:
+    """Unpack and validate a message; with ``expect`` (a kind or a tuple), require that kind.
 
     Raises `MessageError` naming the kind and field path on any problem.
     """
@@ -105,8 +109,10 @@ def decode(body: bytes, expect: type[Payload] | None = None) -> Message[Any]:
     cls = _BY_KIND.get(kind)
     if cls is None:
         raise MessageError(f"envelope.kind: unknown kind {kind!r}")
-    if expect is not None and cls is not expect:
-        raise MessageError(f"{kind}: expected a {expect.KIND} message, got {kind}")
+    allowed = expect if isinstance(expect, tuple) else (expect,) if expect is not None else None
+    if allowed is not None and cls not in allowed:
+        names = " or ".join(c.KIND for c in allowed)
+        raise MessageError(f"{kind}: expected a {names} message, got {kind}")
     payload = _convert(wire["payload"], cls, kind, decoding=True)
     return Message(envelope=envelope, payload=payload)
 

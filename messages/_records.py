@@ -191,6 +191,16 @@ class CheckpointQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusQuery:
+    """RPC to the controller asking for the run's state; the reply is a MetricsReport."""
+
+    KIND: ClassVar[str] = "status_query"
+
+    requester: str
+    """Id of the asker, for logs."""
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Any actor -> controller: liveness and a few gauges."""
 
@@ -334,6 +344,7 @@ Payload = (
     | Trajectory
     | CheckpointReady
     | CheckpointQuery
+    | StatusQuery
     | Heartbeat
     | ControlCommand
     | MetricsReport
@@ -351,6 +362,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Trajectory,
     CheckpointReady,
     CheckpointQuery,
+    StatusQuery,
     Heartbeat,
     ControlCommand,
     MetricsReport,

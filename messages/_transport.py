@@ -367,11 +367,12 @@ class Topology:
         transport.declare_queue(self.control_rpc)
 
 
-def connect(url: str, *, name: str) -> Transport:
+def connect(url: str, *, name: str, connect_timeout: float = 15.0) -> Transport:
     """Open a transport: `memory://<broker>` (in-process) or `amqp://` / `amqps://`.
 
     `name` is the connection name shown by the broker and used in logs.
-    Raises BrokerUnavailable when an AMQP broker cannot be reached.
+    Raises BrokerUnavailable when an AMQP broker cannot be reached within
+    `connect_timeout` seconds.
     """
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme == "memory":
@@ -381,5 +382,5 @@ def connect(url: str, *, name: str) -> Transport:
     if scheme in ("amqp", "amqps"):
         from ._amqp import AmqpTransport
 
-        return AmqpTransport(url, name=name)
+        return AmqpTransport(url, name=name, connect_timeout=connect_timeout)
     raise ValueError(f"unsupported transport URL scheme {scheme!r} (memory, amqp, amqps)")

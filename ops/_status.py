@@ -17,6 +17,17 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentrl.messages import (
+    BrokerUnavailable,
+    MetricsReport,
+    StatusQuery,
+    Topology,
+    TransportError,
+    connect,
+    decode,
+    encode,
+)
+
 __all__ = [
     "ManagementClient",
     "ManagementUnavailable",
@@ -254,11 +265,81 @@ def format_status(stats: list[QueueStat], run: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def status_json(stats: list[QueueStat], run: str) -> str:
-    """The same information as JSON."""
+def status_json(
+    stats: list[QueueStat], run: str, controller: dict[str, float] | None = None
+) -> str:
+    """The same information as JSON (``controller``: the controller's status values)."""
     payload = {
         "run": run,
         "dead_letters": dead_letters(stats, run),
         "queues": [asdict(s) for s in stats],
+        "controller": controller,
     }
     return json.dumps(payload, indent=2)
+
+
+# --- the controller's view ---------------------------------------------------------
+
+
+def controller_status(broker: str, run: str, timeout: float = 5.0) -> dict[str, float] | None:
+    """The controller's `status()` through a StatusQuery RPC; None when no controller answers."""
+    try:
+        transport = connect(broker, name=f"{run}-status-query", connect_timeout=timeout)
+    except BrokerUnavailable:
+        return None
+    try:
+        query = encode(StatusQuery(requester="agentrl-supervisor status"), run=run)
+        try:
+            reply = transport.call("", Topology(run).control_rpc, query, timeout=timeout)
+            body = reply.result(timeout=timeout + 1).body
+        except (TransportError, TimeoutError):
+            return None
+        return dict(decode(body, expect=MetricsReport).payload.values)
+    finally:
+        transport.close()
+
+
+def format_controller(values: dict[str, float] | None) -> str:
+    """Nodes and roles, versions per pool, staleness and per-task figures, as text lines."""
+    if values is None:
+        return "controller: no answer (is the run's controller up?)"
+    lines = [
+        f"policy version {int(values.get('controller/version', -1))}, "
+        f"episodes issued {int(values.get('controller/issued', 0))}, "
+        f"dropped {int(values.get('controller/dropped', 0))}"
+    ]
+    actors: dict[tuple[str, str], dict[str, int]] = {}
+    for key, value in values.items():
+        if key.startswith("actors/"):
+            _, node, role, state = key.split("/")
+            actors.setdefault((node, role), {})[state] = int(value)
+    for (node, role), counts in sorted(actors.items()):
+        silent = f", {counts['silent']} silent" if counts.get("silent") else ""
+        lines.append(f"node {node}: {role} x{counts.get('alive', 0)} alive{silent}")
+    pools = sorted({k.split("/")[1] for k in values if k.startswith("pool/")})
+    for pool in pools:
+        low = int(values[f"pool/{pool}/version_min"])
+        high = int(values[f"pool/{pool}/version_max"])
+        shown = str(low) if low == high else f"{low}..{high}"
+        n = int(values[f"pool/{pool}/samplers"])
+        lines.append(f"pool {pool}: {n} sampler(s) serving version {shown}")
+    lag = [
+        f"{name.split('/', 1)[1]} {values[name]:.2f}"
+        for name in sorted(values)
+        if name.startswith("staleness/") and not name.endswith("_max")
+    ]
+    if lag:
+        lines.append("staleness: " + ", ".join(lag))
+    tasks = sorted({k.split("/")[1] for k in values if k.startswith("env/")})
+    rate = values.get("rollout/episodes_per_s")
+    for task in tasks:
+        reward = values.get(f"env/{task}/reward", float("nan"))
+        success = values.get(f"env/{task}/success", float("nan"))
+        episodes = values.get(f"env/{task}/episodes", 0.0)
+        share = (
+            f", {rate * episodes / max(values.get('rollout/episodes', 1.0), 1.0):.2f} ep/s"
+            if rate
+            else ""
+        )
+        lines.append(f"task {task}: reward {reward:+.2f}, success {success:.2f}{share}")
+    return "\n".join(lines)

@@ -232,6 +232,7 @@ class Supervisor:
                     ),
                     concurrency=r.concurrency,
                     rollout_id=f"rollout-{self.node}-{i}",
+                    node=self.node,
                     seed=cfg.seed + i,
                 )
         status = connect(cfg.broker, name=f"{cfg.run}-{self.node}-status")
@@ -285,6 +286,7 @@ class Supervisor:
             on_batch=on_batch,
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
+            node=self.node,
         )
 
     def _clear_leftovers(self) -> None:

@@ -13,7 +13,14 @@ from agentrl.messages import BrokerRefused, TransportError
 from ._config import ConfigError, load_config
 from ._logging import configure_logging
 from ._node import NodeSupervisor, role_argv
-from ._status import StatusError, client_for, format_status, status_json
+from ._status import (
+    StatusError,
+    client_for,
+    controller_status,
+    format_controller,
+    format_status,
+    status_json,
+)
 from ._supervisor import ROLES, Supervisor, node_torch_threads, stop_run
 
 __all__ = ["main"]
@@ -60,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _status(args: argparse.Namespace) -> int:
+    configure_logging("error")  # stdout carries the table or the JSON only
     if args.broker.startswith("memory://"):
         print(
             "agentrl-supervisor: a memory:// broker only exists inside the process that runs "
@@ -83,12 +91,14 @@ def _status(args: argparse.Namespace) -> int:
             except StatusError as exc:
                 print(f"agentrl-supervisor: {exc}", file=sys.stderr)
                 return 1
+            controller = controller_status(args.broker, args.run)
             if args.json:
-                print(status_json(stats, args.run), flush=True)
+                print(status_json(stats, args.run, controller), flush=True)
             else:
                 if args.watch is not None:
                     print(time.strftime("%H:%M:%S"), f"run {args.run}")
                 print(format_status(stats, args.run), flush=True)
+                print(format_controller(controller), flush=True)
             if args.watch is None:
                 return 0
             stop.wait(args.watch)
@@ -99,6 +109,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
+    configure_logging("warning")
     if args.broker.startswith("memory://"):
         print(
             "agentrl-supervisor: a memory:// run lives in one process; stop it with Ctrl-C",

@@ -29,6 +29,7 @@ from agentrl.messages import (
     Message,
     MessageError,
     MetricsReport,
+    StatusQuery,
     ToolCall,
     Trajectory,
     decode,
@@ -165,6 +166,7 @@ def test_every_table_kind_is_a_payload_record() -> None:
         "trajectory",
         "checkpoint_ready",
         "checkpoint_query",
+        "status_query",
         "heartbeat",
         "control_command",
         "metrics_report",
@@ -467,3 +469,10 @@ def test_encode_rejects_unpackable_text() -> None:
 def test_encode_rejects_bad_run() -> None:
     with pytest.raises(MessageError, match=r"^envelope.run: expected str, got int$"):
         encode(EnvStart("s", "t", 0), run=5)  # type: ignore[arg-type]
+
+
+def test_decode_expecting_one_of_several_kinds() -> None:
+    body = encode(StatusQuery("me"), run="r")
+    assert decode(body, expect=(CheckpointQuery, StatusQuery)).payload == StatusQuery("me")
+    with pytest.raises(MessageError, match="expected a checkpoint_query or heartbeat message"):
+        decode(body, expect=(CheckpointQuery, Heartbeat))

@@ -6,6 +6,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -239,3 +240,72 @@ def test_cli_status_unavailable_exits_1_without_password(capsys) -> None:
     err = capsys.readouterr().err
     assert "rabbitmq-plugins enable rabbitmq_management" in err
     assert SECRET not in err and "s3cr%3At%2Fpw" not in err
+
+
+def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
+    import uuid
+
+    import pykka
+
+    from agentrl.actors import ControllerActor, SamplerActor, TaskEntry, TopologySpec
+    from agentrl.actors._fakes import ScriptedEngine
+    from agentrl.messages import CheckpointReady, MetricsReport, Topology, connect, encode
+    from agentrl.ops._status import controller_status, format_controller
+
+    run = f"st-{uuid.uuid4().hex[:6]}"
+    broker = f"memory://{run}"
+    spec = TopologySpec(run, ("current",), 16)
+    try:
+        ControllerActor.start(
+            broker=broker,
+            topology=spec,
+            tasks={"calculator": TaskEntry(1.0, 10)},
+            group_size=2,
+            episodes_per_batch=4,
+            max_staleness=1,
+            initial=CheckpointReady(3, "/x", "", 0.0),
+        ).proxy().stats().get()
+        for i in range(2):
+            SamplerActor.start(
+                broker=broker,
+                topology=spec,
+                pool="current",
+                every=1,
+                engine_factory=lambda: ScriptedEngine(lambda p, v: [1]),
+                sampler_id=f"s{i}",
+                query_timeout=1.0,
+                node="gpu-1",
+            ).proxy().stats().get()
+        client = connect(broker, name="t")
+        learner = {"env/calculator/reward": 0.5, "env/calculator/success": 0.25,
+                   "env/calculator/episodes": 4.0, "rollout/episodes": 4.0,
+                   "rollout/episodes_per_s": 2.0, "staleness/issue_lag_mean": 0.75}  # fmt: skip
+        report = MetricsReport(source="learner", step=3, values=learner)
+        client.publish(Topology(run).control, "metrics.learner", encode(report, run=run)).result(5)
+        deadline = time.monotonic() + 10
+        values = None
+        while time.monotonic() < deadline:
+            values = controller_status(broker, run)
+            if (
+                values
+                and values.get("actors/gpu-1/sampler/alive") == 2
+                and "env/calculator/reward" in values
+            ):
+                break
+            time.sleep(0.1)
+        # the samplers could not load "/x" (no such checkpoint): they still serve version 0
+        assert values["pool/current/version_min"] == values["pool/current/version_max"] == 0
+        assert (
+            values["controller/version"] == 3 and values["controller/issued"] == 20
+        )  # (3 + 1 + 1) * 4
+        text = format_controller(values)
+        assert "policy version 3, episodes issued 20, dropped 0" in text
+        assert "node gpu-1: sampler x2 alive" in text
+        assert "pool current: 2 sampler(s) serving version 0" in text
+        assert "staleness: issue_lag_mean 0.75" in text
+        assert "task calculator: reward +0.50, success 0.25, 2.00 ep/s" in text
+        client.close()
+    finally:
+        pykka.ActorRegistry.stop_all()
+    assert controller_status(f"memory://{run}-nobody", run, timeout=0.5) is None
+    assert "no answer" in format_controller(None)
