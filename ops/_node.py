@@ -121,7 +121,7 @@ class NodeSupervisor:
         role.started = time.monotonic()
         role.restart_at = None
         role.exit_code = None
-        log.info("role started", node=self.node, role=role.name, pid=role.process.pid)
+        log.info("role started", node=self.node, child=role.name, pid=role.process.pid)
         self._write_state()
 
     def _reap(self) -> None:
@@ -135,7 +135,7 @@ class NodeSupervisor:
             role.exit_code = code
             role.history.append(code)
             if code == 0 or self.stopping.is_set():
-                log.info("role finished", node=self.node, role=role.name, exit_code=code)
+                log.info("role finished", node=self.node, child=role.name, exit_code=code)
             else:
                 self._schedule_restart(role, code)
             self._write_state()
@@ -152,7 +152,7 @@ class NodeSupervisor:
         log.warning(
             "role died; restarting",
             node=self.node,
-            role=role.name,
+            child=role.name,
             status=how,
             restarts=role.restarts,
             delay_s=role.delay,
@@ -168,14 +168,14 @@ class NodeSupervisor:
         """SIGTERM every live role, wait up to stop_timeout, then kill what is left."""
         running = [r for r in self._roles.values() if r.process is not None]
         for role in running:
-            log.info("draining role", node=self.node, role=role.name, pid=role.process.pid)
+            log.info("draining role", node=self.node, child=role.name, pid=role.process.pid)
             _signal(role.process, signal.SIGTERM)
         deadline = time.monotonic() + self._stop_timeout
         for role in running:
             try:
                 role.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.error("role did not drain in time; killed", node=self.node, role=role.name)
+                log.error("role did not drain in time; killed", node=self.node, child=role.name)
                 _signal(role.process, signal.SIGKILL)
                 role.process.wait()
             role.exit_code = role.process.returncode

@@ -443,6 +443,7 @@ class NetnsCluster:
             raise ValueError(f"{ns!r} is not one of {self.namespaces}")
         opened = []
         if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
             stem = self.log_dir / f"{len(self._procs):02d}-{ns}"
             for stream, suffix in (("stdout", ".out"), ("stderr", ".err")):
                 if stream not in kw:
