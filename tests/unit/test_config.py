@@ -62,12 +62,17 @@ def test_every_problem_is_listed_in_one_pass():
 
 
 def test_pool_engine_is_torch_or_vllm_and_listed_with_the_rest():
-    pools = {"a": {"engine": "vllm"}, "b": {}, "c": {"engine": "sglang", "replicas": 0}}
+    pools = {
+        "a": {"engine": "vllm"},
+        "b": {},
+        "c": {"engine": "sglang", "replicas": 0, "prefix_cache_tokens": -1},
+    }
     with pytest.raises(ConfigError) as info:
         parse_config({"run": "ok", "pools": pools})
     assert info.value.problems == [
         "pools.c.replicas: must be >= 1",
         "pools.c.engine: 'sglang' is not torch or vllm",
+        "pools.c.prefix_cache_tokens: must be >= 0 (0 = off)",
     ]
     cfg = parse_config({"run": "ok", "pools": {"a": {"engine": "vllm"}, "b": {}}})
     assert (cfg.pools["a"].engine, cfg.pools["b"].engine) == ("vllm", "torch")
