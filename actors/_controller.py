@@ -174,10 +174,15 @@ class ControllerActor(pykka.ThreadingActor):
         now = time.time()
         out: dict[str, float] = dict(self._learner_metrics)
         out.update({f"controller/{k}": float(v) for k, v in self.stats().items()})
+        idle = []
         for beat in self._beats.values():
             state = "alive" if now - beat.at < alive_within else "silent"
             key = f"actors/{beat.node}/{beat.role}/{state}"
             out[key] = out.get(key, 0.0) + 1
+            if beat.role == "rollout" and state == "alive" and "idle_ratio" in beat.state:
+                idle.append(beat.state["idle_ratio"])
+        if idle:
+            out["rollout/idle_ratio"] = sum(idle) / len(idle)
         for pool, versions in self.pool_versions().items():
             out[f"pool/{pool}/samplers"] = float(len(versions))
             out[f"pool/{pool}/version_min"] = float(min(versions))

@@ -126,6 +126,9 @@ class RolloutActor(pykka.ThreadingActor):
         self._stopping = threading.Event()
         self._counts_lock = threading.Lock()
         self._counts = {"started": 0, "finished": 0, "infra_retries": 0, "turns": 0}
+        self._running = 0
+        self._busy_area = 0.0
+        self._busy_mark = self._idle_mark = time.monotonic()
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
         self._heartbeat: HeartbeatSender | None = None
@@ -144,7 +147,11 @@ class RolloutActor(pykka.ThreadingActor):
             role="rollout",
             actor_id=self._id,
             interval=self._interval,
-            state=lambda: {k: float(v) for k, v in self.stats().items()},
+            state=lambda: {
+                **{k: float(v) for k, v in self.stats().items()},
+                "running": float(self._running),
+                "idle_ratio": self.idle_ratio(),
+            },
         )
         self._heartbeat.start()
         self._log.info("rollout started", concurrency=self._concurrency)
@@ -173,6 +180,7 @@ class RolloutActor(pykka.ThreadingActor):
         self._executor.submit(self._guarded, delivery)
 
     def _guarded(self, delivery: Delivery) -> None:
+        self._slots(+1)
         try:
             self._handle(delivery)
         except TransportError as exc:
@@ -187,6 +195,25 @@ class RolloutActor(pykka.ThreadingActor):
             delivery.nack(requeue=True)
             self.actor_ref.tell(("crash", exc))  # stop the actor: a bug, not a model failure
             raise
+        finally:
+            self._slots(-1)
+
+    def _slots(self, change: int) -> None:
+        """Integrate busy episode slots over time (for the idle ratio)."""
+        now = time.monotonic()
+        with self._counts_lock:
+            self._busy_area += self._running * (now - self._busy_mark)
+            self._busy_mark = now
+            self._running += change
+
+    def idle_ratio(self) -> float:
+        """Share of episode slots (concurrency) idle since the previous call."""
+        self._slots(0)
+        now = time.monotonic()
+        with self._counts_lock:
+            span = (now - self._idle_mark) * self._concurrency
+            busy, self._busy_area, self._idle_mark = self._busy_area, 0.0, now
+        return 1.0 - min(1.0, busy / span) if span > 0 else 0.0
 
     def on_receive(self, message):
         kind, exc = message

@@ -330,6 +330,13 @@ def format_controller(values: dict[str, float] | None) -> str:
     ]
     if lag:
         lines.append("staleness: " + ", ".join(lag))
+    idle = [
+        f"{role} {values[f'{role}/idle_ratio']:.2f}"
+        for role in ("learner", "rollout")
+        if f"{role}/idle_ratio" in values
+    ]
+    if idle:
+        lines.append("idle ratio: " + ", ".join(idle))
     tasks = sorted({k.split("/")[1] for k in values if k.startswith("env/")})
     rate = values.get("rollout/episodes_per_s")
     for task in tasks:

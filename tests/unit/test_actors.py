@@ -553,3 +553,31 @@ def test_sampler_rejects_a_checkpoint_that_fails_its_digest_and_keeps_serving(
     wait_for(lambda: engine.version == 3, what="the good checkpoint loaded")
     assert [v for _, v in engine.loads] == [3]
     assert ref.is_alive()
+
+
+def test_rollout_idle_ratio_integrates_busy_episode_slots(monkeypatch, smollm_tokenizer):
+    import agentrl.actors._rollout as rollout_module
+
+    clock = [100.0]
+    monkeypatch.setattr(rollout_module.time, "monotonic", lambda: clock[0])
+    actor = RolloutActor(
+        broker="memory://unused",
+        topology=TopologySpec("r", ("current",), 8),
+        environments={},
+        chat_format=ChatFormat(smollm_tokenizer),
+        pool_weights={"current": 1.0},
+        limits=EpisodeLimits(),
+        concurrency=4,
+        rollout_id="r0",
+    )
+    clock[0] = 110.0
+    assert actor.idle_ratio() == 1.0  # 10 s, nothing running
+    actor._slots(+1)  # one of four slots busy for 10 s, then two for 10 s
+    clock[0] = 120.0
+    actor._slots(+1)
+    clock[0] = 130.0
+    assert actor.idle_ratio() == pytest.approx(1 - (10 + 20) / (4 * 20))
+    actor._slots(-1)
+    actor._slots(-1)
+    clock[0] = 140.0
+    assert actor.idle_ratio() == 1.0

@@ -279,7 +279,8 @@ def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
         client = connect(broker, name="t")
         learner = {"env/calculator/reward": 0.5, "env/calculator/success": 0.25,
                    "env/calculator/episodes": 4.0, "rollout/episodes": 4.0,
-                   "rollout/episodes_per_s": 2.0, "staleness/issue_lag_mean": 0.75}  # fmt: skip
+                   "rollout/episodes_per_s": 2.0, "staleness/issue_lag_mean": 0.75,
+                   "learner/idle_ratio": 0.125}  # fmt: skip
         report = MetricsReport(source="learner", step=3, values=learner)
         client.publish(Topology(run).control, "metrics.learner", encode(report, run=run)).result(5)
         deadline = time.monotonic() + 10
@@ -303,6 +304,7 @@ def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
         assert "node gpu-1: sampler x2 alive" in text
         assert "pool current: 2 sampler(s) serving version 0" in text
         assert "staleness: issue_lag_mean 0.75" in text
+        assert "idle ratio: learner 0.12" in text
         assert "task calculator: reward +0.50, success 0.25, 2.00 ep/s" in text
         client.close()
     finally:
