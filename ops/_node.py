@@ -8,16 +8,19 @@ role takes nothing else down, and watches them:
   back-off that doubles from ``backoff_initial`` up to ``backoff_max`` seconds
   (reset once the role has stayed up for ``stable_after`` seconds); every
   restart is logged with the exit status and the count;
-- a role that exits 0 has finished (the learner reached ``max_steps`` and
-  broadcast shutdown, or the run was stopped): it is not restarted;
+- a role that exits 0 has finished: roles exit cleanly only when the run ends
+  (the learner reached ``max_steps`` and broadcast shutdown, or
+  `agentrl-supervisor stop`), so the node then drains its other roles too; this
+  also stops a role that was being restarted when the broadcast went out and so
+  never heard it;
 - SIGTERM or SIGINT to the node forwards SIGTERM to every role, which drains
   (stops taking work, hands back in-flight messages, exits); roles still
   running after ``stop_timeout`` seconds are killed.
 
 The node exits when all its roles have exited: 0 if every role finished
-cleanly, 1 otherwise. Which process runs which role is written to
-``<run_dir>/nodes/<node>.json`` (and updated on every restart) for operators and
-tests.
+cleanly (exit 0, or ended by the drain's SIGTERM), 1 otherwise. Which process
+runs which role is written to ``<run_dir>/nodes/<node>.json`` (and updated on
+every restart) for operators and tests.
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ class NodeSupervisor:
                 self._wake.clear()
         finally:
             self._drain()
-        failed = [r.name for r in self._roles.values() if r.exit_code != 0]
+        # SIGTERM comes from the drain: a role still starting up (no handler yet) dies of it
+        failed = [r.name for r in self._roles.values() if r.exit_code not in (0, -signal.SIGTERM)]
         log.info("node stopped", node=self.node, failed_roles=failed)
         return 1 if failed else 0
 
@@ -136,6 +140,9 @@ class NodeSupervisor:
             role.history.append(code)
             if code == 0 or self.stopping.is_set():
                 log.info("role finished", node=self.node, child=role.name, exit_code=code)
+                if code == 0 and not self.stopping.is_set():
+                    log.info("the run has ended; draining this node", node=self.node)
+                    self.stopping.set()
             else:
                 self._schedule_restart(role, code)
             self._write_state()

@@ -72,7 +72,7 @@ def test_a_killed_role_is_restarted_and_others_keep_running(tmp_path):
     finally:
         node.stop()
         thread.join(30)
-    assert node.code == 1  # drained by SIGTERM: the sleepers died of it, not exit 0
+    assert node.code == 0  # the sleepers ended by the drain's SIGTERM: a clean stop
 
 
 def test_sigterm_drains_every_role_and_clean_exits_count_as_success(tmp_path):
@@ -120,3 +120,38 @@ def test_role_argv_reruns_this_command_for_one_role_in_process():
         "start", "--config", "c.yaml", "--max-steps", "3",
         "--roles", "rollout", "--node", "b", "--torch-threads", "1", "--in-process",
     ]  # fmt: skip
+
+
+def test_a_clean_exit_means_the_run_ended_so_the_node_drains_the_rest(tmp_path):
+    node = _node(
+        tmp_path,
+        {
+            "done": [PY, "-c", "import time; time.sleep(0.5)"],
+            "busy": [PY, "-c", "import time; time.sleep(60)"],
+        },
+        stop_timeout=10,
+    )
+    start = time.monotonic()
+    assert node.run(install_signals=False) == 0
+    assert time.monotonic() - start < 10
+    roles = _state(tmp_path)["roles"]
+    assert roles["done"]["exit_codes"] == [0]
+    assert roles["busy"]["exit_codes"] == [-signal.SIGTERM] and roles["busy"]["restarts"] == 0
+
+
+def test_a_role_that_fails_during_the_drain_fails_the_node(tmp_path):
+    node = _node(
+        tmp_path,
+        {
+            "done": [PY, "-c", "pass"],
+            "bad": [
+                PY,
+                "-c",
+                "import signal, sys, time; "
+                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5)); time.sleep(60)",
+            ],
+        },
+        stop_timeout=10,
+    )
+    assert node.run(install_signals=False) == 1
+    assert _state(tmp_path)["roles"]["bad"]["exit_codes"] == [5]
