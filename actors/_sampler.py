@@ -185,6 +185,9 @@ class SamplerActor(pykka.ThreadingActor):
     def _on_loaded(self, ckpt: CheckpointReady, future, staged: float) -> None:
         """The engine serves ``ckpt`` now (or failed to, or was superseded)."""
         error = future.exception()
+        if isinstance(error, EngineClosed):
+            self._log.debug("checkpoint load abandoned: engine closed", version=ckpt.version)
+            return
         if error is not None:
             self._log.error("checkpoint load failed", version=ckpt.version, error=repr(error))
             return
