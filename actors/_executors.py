@@ -94,6 +94,8 @@ class SlotExecutor:
             self._cached.pop()
 
     def reset(self) -> None:
+        """New weights: repack them, forget every prefix computed with the old ones."""
+        self._runner.refresh()
         self._store.clear()
 
     def stats(self) -> dict[str, int]:

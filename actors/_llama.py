@@ -19,6 +19,13 @@ The q/k/v and gate/up projections are fused into single matrices at start;
 the model's own parameters become views into them, so `load_state_dict` on the
 model (a checkpoint load) updates the fused weights in place.
 
+On CPU the projection matrices are also kept prepacked for oneDNN
+(`torch.ops.mkldnn._reorder_linear_weight`): decoding multiplies a few rows by
+weights that are never in cache, and oneDNN's blocked layout streams them about
+4x faster than a plain `F.linear` (measured here: 25 vs 6.4 GB/s for 30 cold
+576x3072 matrices at 16 rows; the 49152-row LM head 5 ms instead of 21 ms). The
+packed copies are rebuilt by `refresh()` after a weight load.
+
 `unsupported(model)` says why a model cannot take this path; the engine then
 uses the generic HF forward instead.
 """
@@ -102,6 +109,26 @@ class SlotRunner:
         self.dtype = self._embed.dtype
         self.device = self._embed.device
         self.kv = self._alloc(capacity)
+        self._pack = self.device.type == "cpu" and _onednn_available(self.dtype)
+        self._packed: dict[int, torch.Tensor] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Rebuild the prepacked weights from the model's (call after loading weights)."""
+        if not self._pack:
+            return
+        weights = [self._lm_head]
+        for layer in self._layers:
+            weights += [layer.qkv_w, layer.o_w, layer.gu_w, layer.down_w]
+        self._packed = {
+            id(w): torch.ops.mkldnn._reorder_linear_weight(w.detach(), self.slots) for w in weights
+        }
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+        packed = self._packed.get(id(weight))
+        if packed is None:
+            return F.linear(x, weight, bias)
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
 
     # --- cache management ----------------------------------------------------------
 
@@ -218,22 +245,28 @@ class SlotRunner:
 
     def _qkv(self, layer: _Layer, x, cos, sin):
         n = x.shape[0]
-        qkv = F.linear(layer.ln1(x), layer.qkv_w, layer.qkv_b)
-        q_size = self.heads * self.head_dim
-        kv_size = self.kv_heads * self.head_dim
-        q = qkv[:, :q_size].view(n, self.heads, self.head_dim)
-        k = qkv[:, q_size : q_size + kv_size].view(n, self.kv_heads, self.head_dim)
-        v = qkv[:, q_size + kv_size :].view(n, self.kv_heads, self.head_dim)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+        qkv = self._linear(layer.ln1(x), layer.qkv_w, layer.qkv_b)
+        qk_heads = self.heads + self.kv_heads
+        qkv = qkv.view(n, qk_heads + self.kv_heads, self.head_dim)
+        qk = _rotate(qkv[:, :qk_heads], cos, sin)  # q and k heads rotated together
+        return qk[:, : self.heads], qk[:, self.heads :], qkv[:, qk_heads:]
 
     def _finish_layer(self, layer: _Layer, x, attn_out):
-        x = x + F.linear(attn_out, layer.o_w, layer.o_b)
-        gate_up = F.linear(layer.ln2(x), layer.gu_w, layer.gu_b)
+        x = x + self._linear(attn_out, layer.o_w, layer.o_b)
+        gate_up = self._linear(layer.ln2(x), layer.gu_w, layer.gu_b)
         gate, up = gate_up.chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, layer.down_w, layer.down_b)
+        return x + self._linear(F.silu(gate) * up, layer.down_w, layer.down_b)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self._norm(x), self._lm_head).float()
+        return self._linear(self._norm(x), self._lm_head, None).float()
+
+
+def _onednn_available(dtype: torch.dtype) -> bool:
+    """Whether prepacked oneDNN linears run here for ``dtype`` (CPU builds with mkldnn)."""
+    if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+        return False
+    ops = torch.ops.mkldnn
+    return hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -27,26 +27,35 @@ def sample_tokens(
     with the logprob taken from the untruncated ``log_softmax(logits / T)``.
     """
     temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype)
-    logp = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # [B, V]
-    tokens = logits.argmax(dim=-1)
+    scaled = logits / temps.to(logits.device)[:, None]  # [B, V]
+    lse = torch.logsumexp(scaled, dim=-1, keepdim=True)  # log of the softmax normaliser
     drawn = [i for i, t in enumerate(temperatures) if t > 0]
+    if len(drawn) < len(temperatures):
+        tokens = logits.argmax(dim=-1)
+    else:
+        tokens = torch.zeros(len(temperatures), dtype=torch.long, device=logits.device)
     if drawn:
-        index = torch.tensor(drawn, device=logits.device)
-        probs = logp[index].exp()
+        every = len(drawn) == len(temperatures)
+        index = None if every else torch.tensor(drawn, device=logits.device)
+        probs = (scaled - lse).exp_() if every else (scaled[index] - lse[index]).exp_()
         cut = [j for j, i in enumerate(drawn) if top_ps[i] < 1]
         if cut:
             rows = torch.tensor(cut, device=logits.device)
             top_p = torch.tensor([top_ps[drawn[j]] for j in cut], dtype=probs.dtype)
             probs[rows] = _nucleus(probs[rows], top_p.to(logits.device))
-        cdf = probs.cumsum(dim=-1)
+        cdf = probs.cumsum_(dim=-1)
         uniform = torch.stack(
             [torch.rand((), generator=generators[i], dtype=cdf.dtype) for i in drawn]
         ).to(logits.device)
         # The first position whose cumulative mass exceeds u * total: never a zero-mass token.
         picks = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
-        tokens[index] = picks.clamp(max=logits.shape[-1] - 1)
-    chosen = logp.gather(1, tokens[:, None])[:, 0]
-    return tokens.tolist(), chosen.tolist()
+        picks = picks.clamp_(max=logits.shape[-1] - 1)
+        if every:
+            tokens = picks
+        else:
+            tokens[index] = picks
+    chosen = scaled.gather(1, tokens[:, None]) - lse  # log_softmax(logits / T) at the token
+    return tokens.tolist(), chosen[:, 0].tolist()
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor, candidates: int = 1024) -> torch.Tensor:
