@@ -4,7 +4,8 @@
 docs/metrics.md; `version` is the x axis) and writes into `run_dir/report/`:
 
 - `rewards.png`: `env/<task>/reward` and `env/<task>/success` per task over versions;
-- `staleness.png`: histograms of `staleness/issue_lag_mean` and `staleness/token_lag_mean`,
+- `staleness.png`: histograms of `staleness/issue_lag_mean` and `staleness/token_lag_mean`
+  (and, with cross-policy pools, each pool's `staleness/turn_lag/<pool>` over versions),
   one value per update (each value is already a mean over that update's batch);
 - `idle.png`: `learner/idle_ratio` over versions;
 - `throughput.png`: `rollout/episodes_per_s` and `learner/step_time` over versions;
@@ -90,6 +91,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     tasks = _tasks(rows)
+    pools = sorted(
+        {k.split("/")[2] for row in rows for k in row if k.startswith("staleness/turn_lag/")}
+    )
 
     def save(name: str, panels: Sequence[Callable[[Any], None]]) -> Path:
         fig = Figure(figsize=(7, 3.2 * len(panels)), layout="constrained")
@@ -109,7 +113,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
         ),
         "staleness": (
             ["staleness/issue_lag_mean", "staleness/token_lag_mean"],
-            [_histograms(rows, ["staleness/issue_lag_mean", "staleness/token_lag_mean"])],
+            [_histograms(rows, ["staleness/issue_lag_mean", "staleness/token_lag_mean"])]
+            + ([_turn_lags(rows, pools)] if pools else []),
         ),
         "idle": (["learner/idle_ratio"], [_line(rows, "learner/idle_ratio", "idle ratio")]),
         "throughput": (
@@ -200,6 +205,23 @@ def _per_task(rows: list[Row], tasks: list[str], metric: str) -> Callable[[Any],
         ax.grid(alpha=0.3)
         if tasks:
             ax.legend(loc="best", fontsize="small")
+
+    return draw
+
+
+def _turn_lags(rows: list[Row], pools: list[str]) -> Callable[[Any], None]:
+    """Per sampler pool, the mean version lag of its turns over versions (cross-policy)."""
+
+    def draw(ax: Any) -> None:
+        for pool in pools:
+            xs, ys = _series(rows, f"staleness/turn_lag/{pool}")
+            if xs:
+                ax.plot(xs, ys, marker=".", label=pool)
+        ax.set_xlabel("version")
+        ax.set_ylabel("turn lag (versions)")
+        ax.set_title("staleness/turn_lag/<pool>: how old each pool's turns were")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
 
     return draw
 

@@ -113,3 +113,19 @@ def test_cli_prints_the_files(tmp_path, capsys):
 def test_cli_exit_2_on_a_missing_run_dir(tmp_path, capsys):
     assert cli_agentrl.main(["report", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_cross_policy_runs_get_a_turn_lag_panel_per_pool(tmp_path):
+    import struct
+
+    def png_height(path):
+        return struct.unpack(">I", path.read_bytes()[20:24])[0]  # IHDR height
+
+    plain = write_report(write_run(tmp_path, metrics_lines(), name="plain"))
+    lines = metrics_lines()
+    for line in lines:
+        line["staleness/turn_lag/current"] = 0.5
+        line["staleness/turn_lag/stale"] = 1.5
+    pools = write_report(write_run(tmp_path, lines, name="pools"))
+    one, two = png_height(plain.plots["staleness"]), png_height(pools.plots["staleness"])
+    assert two == 2 * one  # a second panel of the same height
