@@ -7,6 +7,7 @@ Every problem in a file is collected and reported together in one
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -152,6 +153,28 @@ class RunConfig:
         return Path(self.output_dir) / self.run
 
 
+BROKER_ENV = "AGENTRL_BROKER_URL"
+"""Environment variable holding the broker URL (used when no --broker is given)."""
+
+
+def read_broker(value: str | None) -> str | None:
+    """A broker URL: as given, from a file when written ``@PATH`` (a mounted secret),
+    or from ``$AGENTRL_BROKER_URL`` when ``value`` is None. Raises ValueError for an
+    unreadable or empty file."""
+    if value is None:
+        value = os.environ.get(BROKER_ENV) or None
+    if value is None or not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        url = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the broker URL from {path}: {exc.strerror}") from exc
+    if not url:
+        raise ValueError(f"{path} is empty (expected a broker URL)")
+    return url
+
+
 def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     """Read a YAML file and parse it; `overrides` replace top-level keys (None = keep)."""
     path = Path(path)
@@ -165,6 +188,11 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     if not isinstance(raw, dict):
         raise ConfigError(["top level must be a mapping"], str(path))
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(raw.get("broker"), str):
+        try:
+            raw["broker"] = read_broker(raw["broker"])
+        except ValueError as exc:
+            raise ConfigError([f"broker: {exc}"], str(path)) from exc
     return parse_config(raw, source=str(path))
 
 
@@ -253,7 +281,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
     if not cfg.run or not all(c.isalnum() or c in "-_" for c in cfg.run):
         problems.append(f"run: {cfg.run!r} must be non-empty letters, digits, '-' or '_'")
     if not cfg.broker.startswith(("memory://", "amqp://", "amqps://")):
-        problems.append(f"broker: {cfg.broker!r} must start with memory://, amqp:// or amqps://")
+        scheme = cfg.broker.split("://", 1)[0] if "://" in cfg.broker else cfg.broker[:20]
+        problems.append(f"broker: {scheme!r}... must start with memory://, amqp:// or amqps://")
     if cfg.torch_threads < 0:
         problems.append("torch_threads: must be >= 0 (0 = automatic)")
     if cfg.max_steps is not None and cfg.max_steps < 1:

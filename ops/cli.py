@@ -10,7 +10,7 @@ import time
 
 from agentrl.messages import BrokerRefused, TransportError
 
-from ._config import ConfigError, load_config
+from ._config import BROKER_ENV, ConfigError, load_config, read_broker
 from ._logging import configure_logging
 from ._node import NodeSupervisor, role_argv
 from ._status import (
@@ -31,7 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start the roles of a run on this node")
     start.add_argument("--config", required=True, help="run YAML (see examples/)")
-    start.add_argument("--broker", help="override the config's broker URL (memory://, amqp://)")
+    start.add_argument(
+        "--broker",
+        help="override the config's broker URL (memory://, amqp://); @FILE reads it from a "
+        f"file; default ${BROKER_ENV} if set",
+    )
     start.add_argument("--run", help="override the run name")
     start.add_argument("--model", help="override the policy model (smollm2, tiny, a directory)")
     start.add_argument("--max-steps", type=int, help="stop after N learner updates")
@@ -52,11 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         "of an amqp:// run gets its own supervised process",
     )
     stop = sub.add_parser("stop", help="ask every node of a run to drain and exit")
-    stop.add_argument("--broker", required=True, help="the run's broker URL (amqp://)")
+    stop.add_argument("--broker", help=f"the run's broker URL, or @FILE (default ${BROKER_ENV})")
     stop.add_argument("--run", required=True, help="the run name")
     stop.add_argument("--reason", default="agentrl-supervisor stop", help="logged by every node")
     status = sub.add_parser("status", help="a run's queues from the RabbitMQ management API")
-    status.add_argument("--broker", required=True, help="the run's broker URL (amqp://)")
+    status.add_argument("--broker", help=f"the run's broker URL, or @FILE (default ${BROKER_ENV})")
     status.add_argument("--run", required=True, help="the run name")
     status.add_argument("--watch", type=float, metavar="SECONDS", help="repeat until Ctrl-C")
     status.add_argument(
@@ -131,6 +135,14 @@ def _stop(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    try:
+        args.broker = read_broker(args.broker)
+    except ValueError as exc:
+        print(f"agentrl-supervisor: {exc}", file=sys.stderr)
+        return 2
+    if args.command in ("status", "stop") and args.broker is None:
+        print(f"agentrl-supervisor: give --broker or set ${BROKER_ENV}", file=sys.stderr)
+        return 2
     if args.command == "status":
         return _status(args)
     if args.command == "stop":

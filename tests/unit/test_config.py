@@ -45,7 +45,7 @@ def test_every_problem_is_listed_in_one_pass():
         "rollout.top_p: expected float, got 'high'",
         "learner.lr: expected float, got [1]",
         "run: 'bad name!'",
-        "broker: 'redis://x'",
+        "broker: 'redis'...",
         "tasks.calculator.weight: must be > 0",
         "tasks.nosuchtask: unknown task",
         "pools.current.every: must be >= 1",
@@ -99,3 +99,33 @@ def test_missing_file_and_bad_yaml(tmp_path):
 def test_run_is_required():
     with pytest.raises(ConfigError, match="run: required"):
         parse_config({})
+
+
+def test_broker_url_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    from agentrl.ops._config import read_broker
+
+    secret = tmp_path / "broker-url"
+    secret.write_text("amqp://agent:s3cret@broker.example:5672/agentrl\n")
+    monkeypatch.delenv("AGENTRL_BROKER_URL", raising=False)
+    assert read_broker(None) is None
+    assert read_broker("memory://x") == "memory://x"
+    assert read_broker(f"@{secret}") == "amqp://agent:s3cret@broker.example:5672/agentrl"
+    monkeypatch.setenv("AGENTRL_BROKER_URL", f"@{secret}")
+    assert read_broker(None) == "amqp://agent:s3cret@broker.example:5672/agentrl"
+    with pytest.raises(ValueError, match="cannot read the broker URL"):
+        read_broker(f"@{tmp_path / 'missing'}")
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty"):
+        read_broker(f"@{tmp_path / 'empty'}")
+    run = tmp_path / "run.yaml"
+    run.write_text(f"run: r\nbroker: '@{secret}'\n")
+    assert load_config(run).broker == "amqp://agent:s3cret@broker.example:5672/agentrl"
+    run.write_text(f"run: r\nbroker: '@{tmp_path / 'missing'}'\n")
+    with pytest.raises(ConfigError, match="broker: cannot read"):
+        load_config(run)
+
+
+def test_a_bad_broker_scheme_is_reported_without_the_rest_of_the_url():
+    with pytest.raises(ConfigError) as info:
+        parse_config({"run": "r", "broker": "redis://u:topsecret@h/"})
+    assert "topsecret" not in str(info.value) and "'redis'" in str(info.value)

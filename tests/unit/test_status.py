@@ -311,3 +311,15 @@ def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
         pykka.ActorRegistry.stop_all()
     assert controller_status(f"memory://{run}-nobody", run, timeout=0.5) is None
     assert "no answer" in format_controller(None)
+
+
+def test_cli_status_needs_a_broker_and_reads_it_from_a_file(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("AGENTRL_BROKER_URL", raising=False)
+    assert cli.main(["status", "--run", "r"]) == 2
+    assert "give --broker or set $AGENTRL_BROKER_URL" in capsys.readouterr().err
+    assert cli.main(["stop", "--run", "r", "--broker", f"@{tmp_path / 'nope'}"]) == 2
+    assert "cannot read the broker URL" in capsys.readouterr().err
+    (tmp_path / "url").write_text("memory://somewhere\n")
+    monkeypatch.setenv("AGENTRL_BROKER_URL", f"@{tmp_path / 'url'}")
+    assert cli.main(["status", "--run", "r"]) == 2  # read from the file: a memory:// broker
+    assert "only exists inside" in capsys.readouterr().err
