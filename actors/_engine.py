@@ -146,20 +146,6 @@ class TorchEngine:
         self._device = torch.device(device)
         self._dtype = getattr(torch, dtype)
         self._max_batch = max_batch
-        self._model = load_causal_lm(model_dir, dtype=self._dtype)
-        self._model.to(self._device).eval()
-        reason = unsupported(self._model)
-        if executor == "slot" and reason is not None:
-            raise ValueError(f"the slot executor cannot run {model_dir}: {reason}")
-        self._exec: Executor
-        if executor == "hf" or reason is not None:
-            self._exec = HFExecutor(self._model)
-        else:
-            self._exec = SlotExecutor(
-                self._model, slots=max_batch, prefix_budget=prefix_cache_tokens
-            )
-        self._shapes = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
-        self._tied = _tied_names(self._model)  # may be absent from checkpoints
         self._seeds = torch.Generator().manual_seed(seed)  # per-row seeds when none given
         self._lock = threading.Condition()
         self._queue: collections.deque[_Row] = collections.deque()
@@ -167,8 +153,18 @@ class TorchEngine:
         self._version = version  # weights in the model
         self._target = version  # weights that the next admitted request gets
         self._closed: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
+        # The model is loaded and run on the engine thread only: torch's OpenMP parallel
+        # regions from a second thread of the same process ran ~40% slower here (libgomp
+        # throttles its spin-waiting once more threads than cores are in its teams).
+        built: Future[str | None] = Future()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(built, model_dir, executor, prefix_cache_tokens),
+            name="torch-engine",
+            daemon=True,
+        )
         self._thread.start()
+        reason = built.result()  # raises what loading the model raised
         log.info(
             "engine started",
             model=str(model_dir),
@@ -261,7 +257,31 @@ class TorchEngine:
 
     # --- engine thread -------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _build(self, model_dir, executor: str, prefix_cache_tokens: int) -> str | None:
+        """Load the model and its executor (engine thread); the slot executor's refusal."""
+        self._model = load_causal_lm(model_dir, dtype=self._dtype)
+        self._model.to(self._device).eval()
+        reason = unsupported(self._model)
+        if executor == "slot" and reason is not None:
+            raise ValueError(f"the slot executor cannot run {model_dir}: {reason}")
+        self._exec: Executor
+        if executor == "hf" or reason is not None:
+            self._exec = HFExecutor(self._model)
+        else:
+            self._exec = SlotExecutor(
+                self._model, slots=self._max_batch, prefix_budget=prefix_cache_tokens
+            )
+        self._shapes = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
+        self._tied = _tied_names(self._model)  # may be absent from checkpoints
+        return reason
+
+    def _run(self, built: Future, model_dir, executor: str, prefix_cache_tokens: int) -> None:
+        try:
+            with torch.inference_mode():
+                built.set_result(self._build(model_dir, executor, prefix_cache_tokens))
+        except BaseException as exc:  # the constructor raises it
+            built.set_exception(exc)
+            return
         try:
             with torch.inference_mode():
                 while self._round():

@@ -16,13 +16,19 @@ exactly the same number of tokens:
   between calls). Engine: each episode submits its next turn when its last one
   returns (continuous batching, prefix reuse).
 
+Each side runs in its own child process, one after the other, so each gets the
+machine to itself and, as when deployed, one thread of its process does all the
+torch work (a second thread's OpenMP parallel regions run slower on this machine).
 Prints tokens/s of each side and the ratio (target: engine >= 3x HF).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -46,22 +52,54 @@ def main() -> None:
     parser.add_argument("--turn-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--workload", choices=["single", "episodes", "both"], default="both")
+    parser.add_argument("--side", choices=["hf", "engine"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.side is not None:
+        print(json.dumps(_measure(args)))
+        return
+    print(f"model={args.model} dtype={args.dtype} requests={args.requests} threads={args.threads}")
+    results = {side: _child(side) for side in ("hf", "engine")}
+    hf, eng = results["hf"], results["engine"]
+    if "single" in hf:
+        _report("single turn", hf["single"], eng["single"], eng["single_tokens"])
+    if "episodes" in hf:
+        print(
+            f"episodes: {eng['episodes_shape']}; engine prompt positions: "
+            f"{eng['computed']} computed, {eng['reused']} reused "
+            f"({eng['reused'] / max(1, eng['computed'] + eng['reused']):.0%})"
+        )
+        _report("agent episodes", hf["episodes"], eng["episodes"], eng["episodes_tokens"])
 
+
+def _child(side: str) -> dict:
+    """Run this script for one side in a fresh process; its last stdout line is JSON."""
+    argv = [sys.executable, __file__, *sys.argv[1:], "--side", side]
+    out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _measure(args) -> dict:
+    """Seconds per workload for one side (``args.side``), in this process."""
+    torch.set_num_threads(args.threads)
     model_dir = resolve_model(args.model)
     tok = load_tokenizer(model_dir)
-    dtype = getattr(torch, args.dtype)
-    model = load_causal_lm(model_dir, dtype=dtype).eval()
-    engine = TorchEngine(model_dir, dtype=args.dtype, max_batch=args.requests, seed=0)
-    print(f"model={args.model} dtype={args.dtype} requests={args.requests} threads={args.threads}")
+    out: dict = {}
+    if args.side == "hf":
+        model = load_causal_lm(model_dir, dtype=getattr(torch, args.dtype)).eval()
+        ids = tok("hello there", return_tensors="pt")
+        with torch.inference_mode():
+            model.generate(**ids, max_new_tokens=4, do_sample=False)  # warm-up
+    else:
+        engine = TorchEngine(model_dir, dtype=args.dtype, max_batch=args.requests, seed=0)
+        _submit(engine, [1, 2, 3], 4).result()  # warm-up
     try:
-        _warm_up(model, engine, tok)
         if args.workload in ("single", "both"):
             prompts = _single_prompts(tok, args.requests)
-            hf = _hf_single(model, tok, prompts, args.new_tokens)
-            eng = _engine_single(engine, prompts, args.new_tokens)
-            _report("single turn", hf, eng, args.requests * args.new_tokens)
+            if args.side == "hf":
+                out["single"] = _hf_single(model, tok, prompts, args.new_tokens)
+            else:
+                out["single"] = _engine_single(engine, prompts, args.new_tokens)
+            out["single_tokens"] = args.requests * args.new_tokens
         if args.workload in ("episodes", "both"):
             fmt = ChatFormat(tok)
             task = make_task("calculator")
@@ -75,31 +113,27 @@ def main() -> None:
             obs = fmt.observation_ids(
                 [ChatMessage(role="assistant", content="")], [OBSERVATION], tools
             )
-            total = len(firsts) * args.turns * args.turn_tokens
-            print(
-                f"episodes: {len(firsts)} x {args.turns} turns x {args.turn_tokens} tokens, "
-                f"first prompt {len(firsts[0])} tokens, tool result {len(obs)} tokens"
+            out["episodes_tokens"] = len(firsts) * args.turns * args.turn_tokens
+            out["episodes_shape"] = (
+                f"{len(firsts)} x {args.turns} turns x {args.turn_tokens} tokens, first prompt "
+                f"{len(firsts[0])} tokens, tool result {len(obs)} tokens"
             )
-            hf = _hf_episodes(model, tok, firsts, obs, args.turns, args.turn_tokens)
-            before = engine.stats()
-            eng = _engine_episodes(engine, firsts, obs, args.turns, args.turn_tokens)
-            after = engine.stats()
-            computed = after["prefill_computed"] - before["prefill_computed"]
-            reused = after["prefill_reused"] - before["prefill_reused"]
-            print(
-                f"  engine prompt positions: {computed} computed, {reused} reused "
-                f"({reused / max(1, computed + reused):.0%})"
-            )
-            _report("agent episodes", hf, eng, total)
+            if args.side == "hf":
+                out["episodes"] = _hf_episodes(
+                    model, tok, firsts, obs, args.turns, args.turn_tokens
+                )
+            else:
+                before = engine.stats()
+                out["episodes"] = _engine_episodes(
+                    engine, firsts, obs, args.turns, args.turn_tokens
+                )
+                after = engine.stats()
+                out["computed"] = after["prefill_computed"] - before["prefill_computed"]
+                out["reused"] = after["prefill_reused"] - before["prefill_reused"]
     finally:
-        engine.close()
-
-
-def _warm_up(model, engine, tok) -> None:
-    ids = tok("hello there", return_tensors="pt")
-    with torch.inference_mode():
-        model.generate(**ids, max_new_tokens=4, do_sample=False)
-    engine.submit([1, 2, 3], max_new_tokens=4, temperature=1.0, top_p=1.0, stop_ids=[]).result()
+        if args.side == "engine":
+            engine.close()
+    return out
 
 
 def _single_prompts(tok, n: int) -> list[list[int]]:
