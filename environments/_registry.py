@@ -21,6 +21,7 @@ TaskFactory = Callable[..., Environment]
 
 _BUILTIN: dict[str, str] = {
     "calculator": "agentrl.environments._calculator:CalculatorTask",
+    "db": "agentrl.environments._dbbench:DBTask",
 }
 
 _lock = threading.Lock()

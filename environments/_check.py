@@ -1,0 +1,149 @@
+"""Scripted agents that validate a task's data: ``agentrl-env check``.
+
+`check(task, env, agent)` plays every instance of ``env`` with a scripted agent
+through the ordinary Environment API (tool calls in, observations out) and
+returns a `CheckReport`: the success rate and every failure with its reason.
+Agents:
+
+- ``oracle`` uses the item's gold answer (for ``db``: commits the label of a
+  query, runs the gold SQL of a change then commits; for ``calculator``: one
+  ``calculate`` then the true value). On correct data it succeeds everywhere, so
+  each failure points at an item (or an environment bug).
+- ``random`` answers with something plausible but uninformed (a value picked
+  from the table, no change made, a random number): a task whose random agent
+  succeeds often is too easy or mis-judged.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from agentrl.environments._calculator import CalculatorTask
+from agentrl.environments._dbbench import DBTask, ItemError
+from agentrl.environments._protocol import EnvError, Environment, Status
+from agentrl.messages import ChatMessage, ToolCall
+
+__all__ = ["AGENTS", "CheckReport", "check"]
+
+AGENTS = ("oracle", "random")
+
+Actions = Iterator[ToolCall]
+"""A scripted agent's tool calls for one episode, one per assistant turn."""
+
+
+@dataclass
+class CheckReport:
+    task: str
+    agent: str
+    instances: int = 0
+    successes: int = 0
+    failures: list[str] = field(default_factory=list)
+    """One line per failed or unrunnable instance, with the reason."""
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.instances if self.instances else 0.0
+
+    def format(self) -> str:
+        lines = [
+            f"task {self.task}, agent {self.agent}: {self.successes}/{self.instances} "
+            f"succeeded ({self.success_rate:.3f})"
+        ]
+        lines += [f"  {line}" for line in self.failures]
+        return "\n".join(lines)
+
+
+def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckReport:
+    """Play every instance of ``env`` with the ``agent`` script; see the module doc."""
+    scripts = _SCRIPTS.get(task)
+    if scripts is None:
+        raise ValueError(f"no scripted agents for task {task!r} (have: {', '.join(_SCRIPTS)})")
+    if agent not in AGENTS:
+        raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {agent!r}")
+    rng = random.Random(seed)
+    report = CheckReport(task=task, agent=agent)
+    for index in range(env.num_instances):
+        report.instances += 1
+        try:
+            start = env.start(index)
+        except (ItemError, EnvError) as exc:
+            report.failures.append(f"instance {index}: cannot start: {exc}")
+            continue
+        calls = scripts[agent](env, index, rng)
+        status, reward, transcript = Status.RUNNING, 0.0, []
+        for n, call in enumerate(calls):
+            step = env.interact(start.session, ChatMessage("assistant", "", [call]))
+            transcript.append(f"{call.name}({call.arguments})")
+            transcript += [f"-> {m.content[:120]}" for m in step.messages]
+            if step.finish:
+                status, reward = step.status, step.reward
+                break
+            if n > 50:
+                raise RuntimeError(f"{task} {agent}: script did not end instance {index}")
+        else:
+            env.cancel(start.session)
+        if status == Status.COMPLETED and reward >= 1.0:
+            report.successes += 1
+        else:
+            what = _describe(env, index)
+            report.failures.append(
+                f"instance {index}{what}: {status.value}, reward {reward:g}; "
+                + " ".join(transcript)[:400]
+            )
+    return report
+
+
+def _call(name: str, **arguments) -> ToolCall:
+    return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
+
+
+def _describe(env: Environment, index: int) -> str:
+    if isinstance(env, DBTask):
+        item = env.item(index)
+        return f" [{item.kind}] {item.description[:80]!r}"
+    return ""
+
+
+# --- db -----------------------------------------------------------------------------
+
+
+def _db_oracle(env: DBTask, index: int, rng: random.Random) -> Actions:
+    item = env.item(index)
+    if item.mutation:
+        for sql in item.label:
+            yield _call("execute_sql", sql=sql)
+        yield _call("commit_final_answer", answers=[])
+    else:
+        yield _call("commit_final_answer", answers=list(item.label))
+
+
+def _db_random(env: DBTask, index: int, rng: random.Random) -> Actions:
+    item = env.item(index)
+    yield _call("execute_sql", sql=f'SELECT * FROM "{item.table_name}" LIMIT 3')
+    if item.mutation or not item.rows:
+        yield _call("commit_final_answer", answers=[])
+    else:
+        row = rng.choice(item.rows)
+        yield _call("commit_final_answer", answers=[str(rng.choice(row))])
+
+
+# --- calculator -----------------------------------------------------------------------
+
+
+def _calc_oracle(env: CalculatorTask, index: int, rng: random.Random) -> Actions:
+    problem = env.problem(index)
+    yield _call("calculate", expression=problem.expression)
+    yield _call("answer", value=problem.value)
+
+
+def _calc_random(env: CalculatorTask, index: int, rng: random.Random) -> Actions:
+    yield _call("answer", value=rng.randint(-1000, 100_000))
+
+
+_SCRIPTS: dict[str, dict[str, Callable[..., Actions]]] = {
+    "db": {"oracle": _db_oracle, "random": _db_random},
+    "calculator": {"oracle": _calc_oracle, "random": _calc_random},
+}
