@@ -217,7 +217,7 @@ class Supervisor:
                 topology=spec,
                 tasks={
                     name: TaskEntry(
-                        weight=t.weight, num_instances=len(make_task(name, **t.options))
+                        weight=t.weight, num_instances=make_task(name, **t.options).num_instances
                     )
                     for name, t in cfg.tasks.items()
                 },

@@ -12,3 +12,20 @@ def test_two_learner_steps_on_the_in_process_broker(tmp_path):
     metrics = run_smoke(tmp_path, f"memory://smoke-{uuid.uuid4().hex[:6]}", "smoke")
     shares = {k for m in metrics for k in m if k.startswith("rollout/pool_share/")}
     assert shares <= {"rollout/pool_share/current", "rollout/pool_share/stale"}
+
+
+@pytest.mark.slow
+def test_the_db_task_through_the_whole_loop(tmp_path):
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    raw = smoke_config(tmp_path, f"memory://smoke-db-{uuid.uuid4().hex[:6]}", "smoke-db", steps=1)
+    raw["tasks"] = {"db": {"options": {"max_turns": 2}}}
+    cfg = parse_config(raw)
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
+    import json
+
+    (metrics,) = [
+        json.loads(line) for line in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert metrics["env/db/episodes"] == 4 and "env/db/reward" in metrics
