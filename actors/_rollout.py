@@ -38,6 +38,7 @@ import structlog
 from agentrl.environments import (
     ChatFormat,
     Environment,
+    InfraError,
     MalformedToolCall,
     Status,
     parse_assistant,
@@ -232,7 +233,7 @@ class RolloutActor(pykka.ThreadingActor):
         self._bump("started")
         try:
             traj = self.run_episode(req)
-        except _InfraFailure as exc:
+        except (_InfraFailure, InfraError) as exc:
             self._bump("infra_retries")
             if req.attempt + 1 < self._limits.max_attempts:
                 self._log.warning(
