@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -43,6 +43,7 @@ from agentrl.environments import (
     Status,
     parse_assistant,
 )
+from agentrl.environments._worker import RemoteEnvironment
 from agentrl.messages import (
     Delivery,
     EpisodeRequest,
@@ -106,6 +107,8 @@ class RolloutActor(pykka.ThreadingActor):
         seed: int = 0,
         node: str | None = None,
         heartbeat_interval: float = 10.0,
+        remote_tasks: Sequence[str] = (),
+        env_timeout: float = 120.0,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="rollout", actor=rollout_id)
@@ -113,6 +116,8 @@ class RolloutActor(pykka.ThreadingActor):
         self._spec = topology
         self._names = Topology(topology.run)
         self._envs = dict(environments)
+        self._remote = tuple(remote_tasks)
+        self._env_timeout = env_timeout
         self._fmt = chat_format
         self._pools = [p for p, w in pool_weights.items() if w > 0]
         self._weights = [pool_weights[p] for p in self._pools]
@@ -137,6 +142,10 @@ class RolloutActor(pykka.ThreadingActor):
     def on_start(self) -> None:
         self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
         declare(self._transport, self._spec)
+        for task in self._remote:  # served by environment workers over the broker
+            self._envs[task] = RemoteEnvironment(
+                self._transport, self._spec.run, task, timeout=self._env_timeout
+            )
         self._executor = ThreadPoolExecutor(self._concurrency, thread_name_prefix=self._id)
         self._consumer = self._transport.consume(
             self._names.episodes, self._on_episode, prefetch=self._concurrency

@@ -46,6 +46,13 @@ class TaskConfig:
     """Relative share of GRPO groups drawn from this task."""
     options: dict[str, Any] = field(default_factory=dict)
     """Keyword options passed to the task factory (see agentrl.environments.make_task)."""
+    remote: bool = False
+    """Serve the task from environment workers over the broker (the `env` role) instead of
+    inside each rollout actor."""
+    workers: int = 1
+    """Environment workers of a remote task that the `env` role starts on a node."""
+    capacity: int = 8
+    """Sessions one environment worker holds at once."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +302,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
             problems.append(f"tasks.{name}: unknown task (known: {', '.join(sorted(known))})")
         if task.weight <= 0:
             problems.append(f"tasks.{name}.weight: must be > 0")
+        for key in ("workers", "capacity"):
+            if getattr(task, key) < 1:
+                problems.append(f"tasks.{name}.{key}: must be >= 1")
     if not cfg.pools:
         problems.append("pools: at least one sampler pool is required")
     for name, pool in cfg.pools.items():

@@ -38,6 +38,7 @@ from agentrl.actors import (
 )
 from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
+from agentrl.environments._worker import EnvWorker
 from agentrl.messages import (
     BrokerRefused,
     CheckpointReady,
@@ -64,7 +65,7 @@ log = structlog.get_logger(__name__)
 
 __all__ = ["ROLES", "Supervisor", "latest_checkpoint", "torch_engine"]
 
-ROLES = ("controller", "rollout", "sampler", "learner")
+ROLES = ("controller", "rollout", "sampler", "learner", "env")
 
 
 def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
@@ -129,6 +130,7 @@ class Supervisor:
         self._make_backend = make_backend or self._torch_backend
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
+        self._workers: list[EnvWorker] = []
         self._metrics_lock = threading.Lock()
         self.last_metrics: dict[str, float] = {}
 
@@ -235,7 +237,10 @@ class Supervisor:
                     RolloutActor,
                     broker=cfg.broker,
                     topology=spec,
-                    environments={n: make_task(n, **t.options) for n, t in cfg.tasks.items()},
+                    environments={
+                        n: make_task(n, **t.options) for n, t in cfg.tasks.items() if not t.remote
+                    },
+                    remote_tasks=[n for n, t in cfg.tasks.items() if t.remote],
                     chat_format=ChatFormat(tokenizer),
                     pool_weights={p: pc.weight for p, pc in cfg.pools.items()},
                     limits=EpisodeLimits(
@@ -254,6 +259,21 @@ class Supervisor:
                 )
         status = connect(cfg.broker, name=f"{cfg.run}-{self.node}-status")
         declare(status, spec)  # the control exchange may not exist yet (idempotent)
+        if "env" in self.roles:
+            for name, t in cfg.tasks.items():
+                if not t.remote:
+                    continue
+                for i in range(t.workers):
+                    self._workers.append(
+                        EnvWorker(
+                            make_task(name, **t.options),
+                            broker=cfg.broker,
+                            run=cfg.run,
+                            task=name,
+                            capacity=t.capacity,
+                            worker_id=f"{self.node}-{name}-{i}",
+                        )
+                    )
         self._progress = Progress(status, Topology(cfg.run), tuple(cfg.pools))
         subscribe(status, Topology(cfg.run).control, self._on_command, routing_key="command.#")
 
@@ -381,6 +401,10 @@ class Supervisor:
             version=version,
         )
 
+    def _stop_workers(self) -> None:
+        while self._workers:
+            self._workers.pop().close()
+
     def _spawn(self, name: str, cls, **kwargs) -> None:
         ref = cls.start(**kwargs)
         self._refs.append((name, ref))
@@ -409,7 +433,10 @@ class Supervisor:
             if ref.is_alive():
                 ref.stop(block=True, timeout=60)
             log.debug("stopped", actor=name)
+            if name.startswith("rollout"):
+                self._stop_workers()  # after the rollouts that use them
         self._refs.clear()
+        self._stop_workers()
         progress = getattr(self, "_progress", None)
         if progress is not None:
             progress.close()

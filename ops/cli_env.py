@@ -1,7 +1,9 @@
-"""`agentrl-env`: tools around environments. `agentrl-env check` validates a task's data.
+"""`agentrl-env`: tools around environments.
 
-    agentrl-env check --task db --data dev.jsonl --agent oracle
-    agentrl-env check --task db --agent random          # the built-in set
+    agentrl-env check --task db --data dev.jsonl --agent oracle   # validate a task's data
+    agentrl-env check --task db --agent random                    # the built-in set
+    agentrl-env worker --task db --broker URL --run NAME --capacity 8   # serve sessions
+    agentrl-env-worker --task db --broker URL --run NAME --capacity 8   # the same
 
 Exit status: 0 when the check ran (whatever the success rate), 2 for bad arguments
 or unreadable data.
@@ -10,7 +12,11 @@ or unreadable data.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+
+import yaml
 
 from agentrl.environments import make_task
 from agentrl.environments._check import AGENTS, check
@@ -29,11 +35,73 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--data", help="a data file in the task's format (default: built-in set)")
     chk.add_argument("--agent", choices=AGENTS, default="oracle")
     chk.add_argument("--seed", type=int, default=0, help="the random agent's seed")
+    _worker_args(sub.add_parser("worker", help="serve a task's sessions over the broker"))
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _worker_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name")
+    parser.add_argument("--broker", required=True, help="broker URL (amqp://..., or @FILE)")
+    parser.add_argument("--run", required=True, help="the run's name")
+    parser.add_argument("--capacity", type=int, default=8, help="sessions held at once")
+    parser.add_argument("--worker-id", help="default: <host>-<random>")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE",
+        help="task option (the value in YAML), repeatable",
+    )  # fmt: skip
+
+
+def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    from agentrl.environments._worker import EnvWorker
+
+    from ._config import read_broker
+
+    options = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"agentrl-env: --option {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        options[key] = yaml.safe_load(value)
+    try:
+        worker = EnvWorker(
+            make_task(args.task, **options),
+            broker=read_broker(args.broker),
+            run=args.run,
+            task=args.task,
+            capacity=args.capacity,
+            worker_id=args.worker_id,
+        )
+    except (EnvError, ValueError, OSError) as exc:
+        print(f"agentrl-env: {exc}", file=sys.stderr)
+        return 2
+    try:
+        stop.wait()
+    finally:
+        worker.close()
+    return 0
+
+
+def worker_main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """`agentrl-env-worker`: `agentrl-env worker` under its own name."""
+    parser = argparse.ArgumentParser(prog="agentrl-env-worker")
+    _worker_args(parser)
+    return _run_worker(parser.parse_args(argv), stop)
+
+
+def _run_worker(args: argparse.Namespace, stop: threading.Event | None) -> int:
+    configure_logging("info", None)
+    if stop is None:
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    return _serve(args, stop)
+
+
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "worker":
+        return _run_worker(args, stop)
     configure_logging("warning")
     options = {"data": args.data} if args.data else {}
     try:

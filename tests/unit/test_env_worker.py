@@ -144,3 +144,29 @@ def test_workers_heartbeat_to_the_controller_exchange(run):
         )
     finally:
         worker.close()
+
+
+def test_the_worker_command_serves_sessions_until_stopped(run):
+    from agentrl.ops import cli_env
+
+    run, client = run
+    stop = threading.Event()
+    result = {}
+    argv = ["--task", "db", "--broker", f"memory://{run}", "--run", run, "--capacity", "2",
+            "--worker-id", "cli", "--option", "max_turns=3"]  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: result.setdefault("code", cli_env.worker_main(argv, stop))
+    )
+    thread.start()
+    try:
+        client.declare_queue(f"{run}.env.db")  # the start waits there for the worker
+        env = RemoteEnvironment(client, run, "db", timeout=10)
+        start = env.start(1)
+        assert start.session[1] == "cli"
+        step = env.interact(start.session, _say("commit_final_answer", answers=["Jupiter"]))
+        assert step.reward == 1.0
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result["code"] == 0
+    assert cli_env.worker_main([*argv[:8], "--option", "oops"], threading.Event()) == 2
