@@ -276,6 +276,7 @@ class TorchEngine:
         return reason
 
     def _run(self, built: Future, model_dir, executor: str, prefix_cache_tokens: int) -> None:
+        pin_threads()
         try:
             with torch.inference_mode():
                 built.set_result(self._build(model_dir, executor, prefix_cache_tokens))
@@ -386,6 +387,18 @@ class TorchEngine:
         problems += [f"{k}: missing" for k in missing]
         if problems:
             raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
+
+
+def pin_threads() -> None:
+    """Make this thread's OpenMP regions use torch's thread count.
+
+    ``torch.set_num_threads`` sets OpenMP's count only for the thread that calls
+    it; a new thread starts with one per core, and oneDNN's and MKL's own parallel
+    regions use that. Measured here: with torch at 1 thread, a oneDNN matmul on a
+    new thread still ran on 2 cores (CPU/wall 1.98) and slowed the learner that had
+    the other core about 2x. Every thread that computes calls this first.
+    """
+    torch.set_num_threads(torch.get_num_threads())
 
 
 def _tied_names(model) -> set[str]:
