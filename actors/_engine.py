@@ -230,7 +230,8 @@ class TorchEngine:
         resolves when the new weights are in place.
         """
         state = _read_safetensors(Path(model_dir))
-        self._check_fits(state, model_dir)
+        shapes = {k: tuple(v.shape) for k, v in state.items()}
+        check_fits(shapes, self._shapes, self._tied, model_dir)
         staged = _Staged(state=state, version=version, future=Future())
         with self._lock:
             self._check_open()
@@ -376,18 +377,6 @@ class TorchEngine:
         if self._closed is not None:
             raise EngineClosed(f"engine is closed: {self._closed}") from self._closed
 
-    def _check_fits(self, state: dict[str, torch.Tensor], source) -> None:
-        problems = [
-            f"{k}: shape {tuple(v.shape)} != {self._shapes[k]}"
-            for k, v in state.items()
-            if k in self._shapes and tuple(v.shape) != self._shapes[k]
-        ]
-        problems += [f"{k}: not a parameter of the model" for k in state if k not in self._shapes]
-        missing = [k for k in self._shapes if k not in state and k not in self._tied]
-        problems += [f"{k}: missing" for k in missing]
-        if problems:
-            raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
-
 
 def pin_threads() -> None:
     """Make this thread's OpenMP regions use torch's thread count.
@@ -408,10 +397,31 @@ def _tied_names(model) -> set[str]:
     return {name for name, p in params if first.setdefault(id(p), name) != name}
 
 
-def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a (possibly sharded) safetensors checkpoint directory."""
-    from safetensors.torch import load_file
+def check_fits(
+    shapes: dict[str, tuple[int, ...]],
+    expected: dict[str, tuple[int, ...]],
+    tied: set[str],
+    source,
+) -> None:
+    """Raise `WeightsMismatch` unless a checkpoint's tensor ``shapes`` fit the model's.
 
+    ``expected`` are the model's names and shapes; names in ``tied`` (tied
+    embeddings) may be absent from the checkpoint. Shared by every engine.
+    """
+    problems = [
+        f"{k}: shape {shape} != {expected[k]}"
+        for k, shape in shapes.items()
+        if k in expected and shape != expected[k]
+    ]
+    problems += [f"{k}: not a parameter of the model" for k in shapes if k not in expected]
+    missing = [k for k in expected if k not in shapes and k not in tied]
+    problems += [f"{k}: missing" for k in missing]
+    if problems:
+        raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    """The files of a (possibly sharded) safetensors checkpoint directory, in order."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -420,8 +430,15 @@ def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
         files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise WeightsMismatch(f"no safetensors files in {model_dir}")
+    return files
+
+
+def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a (possibly sharded) safetensors checkpoint directory."""
+    from safetensors.torch import load_file
+
     state: dict[str, torch.Tensor] = {}
-    for path in files:
+    for path in safetensors_files(model_dir):
         try:
             state.update(load_file(str(path)))
         except (OSError, ValueError) as exc:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -52,7 +51,15 @@ from pathlib import Path
 import structlog
 import torch
 
-from ._engine import EngineClosed, EngineError, Generation, WeightsMismatch, check_request
+from ._engine import (
+    EngineClosed,
+    EngineError,
+    Generation,
+    WeightsMismatch,
+    check_fits,
+    check_request,
+    safetensors_files,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -247,7 +254,7 @@ class VLLMEngine:
         resolves when the new weights are in place.
         """
         model_dir = Path(model_dir)
-        self._check_fits(_safetensors_shapes(model_dir), model_dir)
+        check_fits(_safetensors_shapes(model_dir), self._shapes, self._tied, model_dir)
         staged = _Staged(model_dir, version)
         with self._lock:
             self._check_open()
@@ -381,18 +388,6 @@ class VLLMEngine:
         if self._closed is not None:
             raise EngineClosed(f"engine is closed: {self._closed}") from self._closed
 
-    def _check_fits(self, shapes: dict[str, tuple[int, ...]], source) -> None:
-        problems = [
-            f"{k}: shape {shape} != {self._shapes[k]}"
-            for k, shape in shapes.items()
-            if k in self._shapes and shape != self._shapes[k]
-        ]
-        problems += [f"{k}: not a parameter of the model" for k in shapes if k not in self._shapes]
-        missing = [k for k in self._shapes if k not in shapes and k not in self._tied]
-        problems += [f"{k}: missing" for k in missing]
-        if problems:
-            raise WeightsMismatch(f"checkpoint {source}: " + "; ".join(problems[:10]))
-
 
 def _generation(completion, request: _Request) -> Generation:
     """The `Generation` of a finished vLLM ``CompletionOutput``."""
@@ -432,16 +427,8 @@ def _safetensors_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     """Names and shapes of every tensor of a (possibly sharded) safetensors checkpoint."""
     from safetensors import SafetensorError, safe_open
 
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        files = [model_dir / s for s in shards]
-    else:
-        files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise WeightsMismatch(f"no safetensors files in {model_dir}")
     shapes: dict[str, tuple[int, ...]] = {}
-    for path in files:
+    for path in safetensors_files(model_dir):
         try:
             with safe_open(str(path), framework="pt") as fh:
                 for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
