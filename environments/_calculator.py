@@ -41,6 +41,7 @@ import structlog
 
 from agentrl.environments._arith import CalcError, evaluate
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
+from agentrl.environments._toolcalls import call_arguments, tool_reply
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["CalculatorTask", "Problem"]
@@ -171,7 +172,7 @@ class CalculatorTask:
         replies: list[ChatMessage] = []
         for call in message.tool_calls:
             session.calls += 1
-            args = _arguments(call)
+            args = call_arguments(call)
             if call.name == "calculate":
                 expression = args.get("expression") if args is not None else None
                 if isinstance(expression, int | float) and not isinstance(expression, bool):
@@ -184,7 +185,7 @@ class CalculatorTask:
                 except CalcError as exc:
                     session.calc_errors += 1
                     result = f"error: {exc}"
-                replies.append(_tool_reply(call, result))
+                replies.append(tool_reply(call, result))
             elif call.name == "answer":
                 value = _number(args.get("value")) if args is not None else None
                 if value is None:
@@ -247,7 +248,7 @@ def _demo_messages() -> list[ChatMessage]:
     return [
         ChatMessage(role="user", content=_question("12 * (3 + 4)")),
         ChatMessage(role="assistant", content=_call_text(calc)),
-        _tool_reply(calc, _result_text("84")),
+        tool_reply(calc, _result_text("84")),
         ChatMessage(role="assistant", content=_call_text(answer)),
     ]
 
@@ -277,14 +278,6 @@ def _generate(level: int, rng: random.Random) -> Problem:
     return Problem(level=level, expression=expression, value=int(value))
 
 
-def _arguments(call: ToolCall) -> dict[str, Any] | None:
-    try:
-        args = json.loads(call.arguments)
-    except ValueError:
-        return None
-    return args if isinstance(args, dict) else None
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
@@ -296,10 +289,6 @@ def _number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _tool_reply(call: ToolCall, content: str) -> ChatMessage:
-    return ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name)
 
 
 def _format(value: Fraction) -> str:

@@ -43,7 +43,8 @@ from typing import Any
 import structlog
 
 from agentrl.environments._protocol import EnvError, SessionClosed, Start, Status, Step
-from agentrl.messages import ChatMessage, ToolCall
+from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.messages import ChatMessage
 
 __all__ = ["DBItem", "DBTask", "ItemError", "load_items"]
 
@@ -241,7 +242,7 @@ class DBTask:
             return self._end(session, Status.AGENT_INVALID_ACTION, "no tool call")
         replies: list[ChatMessage] = []
         for call in message.tool_calls:
-            args = _arguments(call)
+            args = call_arguments(call)
             if call.name == "execute_sql":
                 sql = args.get("sql") if args is not None else None
                 if not isinstance(sql, str) or not sql.strip():
@@ -252,7 +253,7 @@ class DBTask:
                 except (sqlite3.Error, sqlite3.Warning) as exc:
                     session.errors += 1
                     result = f"error: {exc}"
-                replies.append(_tool_reply(call, result))
+                replies.append(tool_reply(call, result))
             elif call.name == "commit_final_answer":
                 answers = args.get("answers") if args is not None else None
                 if isinstance(answers, str | int | float) and not isinstance(answers, bool):
@@ -374,17 +375,3 @@ def _show(rows: list[tuple]) -> str:
     if len(rows) > SHOWN_ROWS:
         return f"{shown} ... ({len(rows)} rows, first {SHOWN_ROWS} shown)"
     return shown
-
-
-def _arguments(call: ToolCall) -> dict[str, Any] | None:
-    args = call.arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
-    return args if isinstance(args, dict) else None
-
-
-def _tool_reply(call: ToolCall, content: str) -> ChatMessage:
-    return ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name)

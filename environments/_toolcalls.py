@@ -26,7 +26,7 @@ from typing import Any
 from agentrl.environments._protocol import MalformedToolCall
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["parse_assistant"]
+__all__ = ["call_arguments", "parse_assistant", "tool_reply"]
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
@@ -203,3 +203,17 @@ def _to_tool_call(raw: Any, call_id: str) -> ToolCall:
             f"{name}: arguments must be a JSON object, got {type(args).__name__}"
         )
     return ToolCall(id=call_id, name=name.strip(), arguments=json.dumps(args, ensure_ascii=False))
+
+
+def call_arguments(call: ToolCall) -> dict[str, Any] | None:
+    """A parsed tool call's arguments as a dict, or None when they are not a JSON object."""
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def tool_reply(call: ToolCall, content: str) -> ChatMessage:
+    """The tool message answering ``call`` (its id and name echoed)."""
+    return ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name)
