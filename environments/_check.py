@@ -12,12 +12,18 @@ Agents:
 - ``random`` answers with something plausible but uninformed (a value picked
   from the table, no change made, a random number): a task whose random agent
   succeeds often is too easy or mis-judged.
+
+A task module outside this file offers its agents as a module-level
+``CHECK_AGENTS = {"oracle": fn, "random": fn}`` (each ``fn(env, index, rng)``
+yields `ToolCall`s), and may give its environment a ``describe(index) -> str``
+shown beside each failure.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -58,9 +64,9 @@ class CheckReport:
 
 def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckReport:
     """Play every instance of ``env`` with the ``agent`` script; see the module doc."""
-    scripts = _SCRIPTS.get(task)
+    scripts = _SCRIPTS.get(task) or getattr(sys.modules[type(env).__module__], "CHECK_AGENTS", None)
     if scripts is None:
-        raise ValueError(f"no scripted agents for task {task!r} (have: {', '.join(_SCRIPTS)})")
+        raise ValueError(f"no scripted agents for task {task!r}")
     if agent not in AGENTS:
         raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {agent!r}")
     rng = random.Random(seed)
@@ -101,6 +107,9 @@ def _call(name: str, **arguments) -> ToolCall:
 
 
 def _describe(env: Environment, index: int) -> str:
+    describe = getattr(env, "describe", None)
+    if describe is not None:
+        return f" {describe(index)}"
     if isinstance(env, DBTask):
         item = env.item(index)
         return f" [{item.kind}] {item.description[:80]!r}"

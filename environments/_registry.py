@@ -22,6 +22,10 @@ TaskFactory = Callable[..., Environment]
 _BUILTIN: dict[str, str] = {
     "calculator": "agentrl.environments._calculator:CalculatorTask",
     "db": "agentrl.environments._dbbench:DBTask",
+    "os": "agentrl.environments._os:OSTask",
+    "kg": "agentrl.environments._kg:KGTask",
+    "alfworld": "agentrl.environments._alfworld:AlfworldTask",
+    "webshop": "agentrl.environments._webshop:WebShopTask",
 }
 
 _lock = threading.Lock()
