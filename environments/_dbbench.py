@@ -7,8 +7,10 @@ table's name and headers), ``table`` (``table_name``, ``table_info.columns`` wit
 ``["DELETE"]`` or a query kind such as ``["counting"]``) and ``label``: the
 expected answers for queries, the gold SQL statement(s) for changes.
 
-A session gets a fresh database holding only the item's table (SQLite in memory;
-nothing is shared between sessions). Tools, as in AgentBench:
+A session gets a fresh database holding only the item's table, nothing shared
+between sessions: SQLite in memory by default, or with ``database=mysql://user:pass@host:port``
+a database of its own on a MySQL/MariaDB server, dropped when the session ends
+(`_dbbackend`; ``statement_timeout`` seconds per statement). Tools, as in AgentBench:
 
 - ``execute_sql(sql)``: runs one statement; the observation is the result rows
   (JSON, at most 50 shown) or the database's error message. An error is an
@@ -34,7 +36,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import sqlite3
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,12 @@ from typing import Any
 
 import structlog
 
+from agentrl.environments._dbbackend import (
+    Database,
+    StatementError,
+    open_database,
+    parse_database_url,
+)
 from agentrl.environments._protocol import EnvError, SessionClosed, Start, Status, Step
 from agentrl.environments._toolcalls import call_arguments, tool_reply
 from agentrl.messages import ChatMessage
@@ -179,7 +186,7 @@ def load_items(path: str | Path | None = None) -> list[DBItem]:
 @dataclass(slots=True)
 class _Session:
     item: DBItem
-    db: sqlite3.Connection
+    db: Database
     expected: list[tuple] | None
     """Sorted rows the table must hold after a change (None for queries)."""
     turns: int = 0
@@ -191,9 +198,19 @@ class _Session:
 class DBTask:
     """The DB environment (registered as ``db``)."""
 
-    def __init__(self, *, data: str | None = None, max_turns: int = 6) -> None:
+    def __init__(
+        self,
+        *,
+        data: str | None = None,
+        max_turns: int = 6,
+        database: str | None = None,
+        statement_timeout: float = 10.0,
+    ) -> None:
         if max_turns < 1:
             raise ValueError("db: max_turns must be >= 1")
+        if statement_timeout <= 0:
+            raise ValueError("db: statement_timeout must be > 0")
+        self._spec = parse_database_url(database, statement_timeout=statement_timeout)
         self._items = load_items(data)
         self._max_turns = max_turns
 
@@ -212,19 +229,18 @@ class DBTask:
 
     def start(self, index: int) -> Start:
         item = self.item(index)
-        db = build_database(item, f"item {index}")
         expected = None
         if item.mutation:
-            reference = build_database(item, f"item {index}")
+            reference = self._open(item, index)
             try:
                 for sql in item.label:
-                    run_sql(reference, sql)
-            except sqlite3.Error as exc:
-                db.close()
+                    reference.execute(sql)
+                expected = reference.table_rows(item.table_name)
+            except StatementError as exc:
                 raise ItemError(f"item {index}: the gold SQL fails: {exc}") from exc
             finally:
-                expected = table_rows(reference, item.table_name)
                 reference.close()
+        db = self._open(item, index)
         question = item.description
         if item.add_description:
             question += "\n" + item.add_description
@@ -249,8 +265,8 @@ class DBTask:
                     return self._end(session, Status.AGENT_INVALID_ACTION, "bad execute_sql args")
                 session.statements += 1
                 try:
-                    result = _show(run_sql(session.db, sql))
-                except (sqlite3.Error, sqlite3.Warning) as exc:
+                    result = _show(session.db.execute(sql))
+                except StatementError as exc:
                     session.errors += 1
                     result = f"error: {exc}"
                 replies.append(tool_reply(call, result))
@@ -268,6 +284,12 @@ class DBTask:
             return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", replies)
         return Step(messages=replies, status=Status.RUNNING, reward=0.0, finish=False, metrics={})
 
+    def _open(self, item: DBItem, index: int) -> Database:
+        try:
+            return open_database(self._spec, item.table_name, item.columns, item.rows)
+        except StatementError as exc:
+            raise ItemError(f"item {index}: cannot build its table: {exc}") from exc
+
     def cancel(self, session: _Session) -> None:
         if not session.done:
             session.done = True
@@ -275,7 +297,10 @@ class DBTask:
 
     def _judge(self, session: _Session, answers: list[str]) -> bool:
         if session.expected is not None:
-            return table_rows(session.db, session.item.table_name) == session.expected
+            try:
+                return session.db.table_rows(session.item.table_name) == session.expected
+            except StatementError:
+                return False  # the model dropped or renamed the table
         return same_answers(answers, list(session.item.label))
 
     def _end(
@@ -307,39 +332,6 @@ class DBTask:
 
 
 # --- the database -------------------------------------------------------------------
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def build_database(item: DBItem, where: str) -> sqlite3.Connection:
-    """A fresh in-memory database holding the item's table and rows."""
-    db = sqlite3.connect(":memory:", check_same_thread=False)
-    columns = ", ".join(f"{_quote(name)} {kind}" for name, kind in item.columns)
-    marks = ", ".join("?" for _ in item.columns)
-    try:
-        db.execute(f"CREATE TABLE {_quote(item.table_name)} ({columns})")
-        db.executemany(f"INSERT INTO {_quote(item.table_name)} VALUES ({marks})", item.rows)
-        db.commit()
-    except sqlite3.Error as exc:
-        db.close()
-        raise ItemError(f"{where}: cannot build its table: {exc}") from exc
-    return db
-
-
-def run_sql(db: sqlite3.Connection, sql: str) -> list[tuple]:
-    """Run one statement (MySQL's ``\\'`` escapes accepted) and commit; the rows it returns."""
-    cursor = db.execute(sql.strip().replace("\\'", "''"))
-    rows = cursor.fetchall()
-    db.commit()
-    return rows
-
-
-def table_rows(db: sqlite3.Connection, table: str) -> list[tuple]:
-    """Every row of ``table``, sorted (the order-free table state)."""
-    rows = db.execute(f"SELECT * FROM {_quote(table)}").fetchall()
-    return sorted(rows, key=lambda row: [(v is None, str(v)) for v in row])
 
 
 def same_answers(given: list[str], label: list[str]) -> bool:

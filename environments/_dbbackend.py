@@ -1,0 +1,280 @@
+"""Databases for the ``db`` task: SQLite in memory (default) or a MySQL/MariaDB server.
+
+Both give each session a database of its own that holds only the item's table,
+behind the same small interface (`Database`): ``execute`` one statement,
+``table_rows`` (the order-free state of a table), ``close``. Errors the
+statement causes (syntax, unknown column, a statement over the time limit) are
+`StatementError`: an observation for the model. Losing the server is
+`InfraError`: the rollout retries the episode on a fresh environment.
+
+The MySQL backend runs AgentBench's SQL in its own dialect (backquoted names,
+``\\'`` escapes, MySQL functions) on tables built as AgentBench builds them: every
+column ``TEXT``. SQLite keeps the item's declared column types (SQLite's type
+affinity accepts any value in any column). Each session creates a
+database ``agentrl_<random>`` on the server and drops it on ``close``; a
+statement runs at most ``statement_timeout`` seconds (MariaDB's
+``max_statement_time``, MySQL's ``max_execution_time`` for SELECT).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+import structlog
+
+from agentrl.environments._protocol import EnvError, InfraError
+
+__all__ = [
+    "Database",
+    "DatabaseSpec",
+    "MySQLDatabase",
+    "SQLiteDatabase",
+    "StatementError",
+    "open_database",
+    "parse_database_url",
+]
+
+log = structlog.get_logger(__name__)
+
+DATABASE_PREFIX = "agentrl_"
+"""Name prefix of the per-session databases made on a MySQL server."""
+
+
+class StatementError(EnvError):
+    """Raised when a statement fails on the database (its message is shown to the model)."""
+
+
+class Database(Protocol):
+    """One session's private database."""
+
+    def execute(self, sql: str) -> list[tuple]:
+        """Run one statement, commit, return the rows it produced (empty for changes)."""
+        ...
+
+    def table_rows(self, table: str) -> list[tuple]:
+        """Every row of ``table``, sorted: the table's state whatever the row order."""
+        ...
+
+    def close(self) -> None:
+        """Release the database (dropped on a server); idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSpec:
+    """Where sessions get their databases: ``sqlite`` (in memory) or a MySQL server."""
+
+    backend: str = "sqlite"
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = ""
+    statement_timeout: float = 10.0
+    """Seconds one statement may run on the server."""
+
+
+def parse_database_url(url: str | None, *, statement_timeout: float = 10.0) -> DatabaseSpec:
+    """``None``/``sqlite`` -> in-memory SQLite; ``mysql://user:pass@host:port`` -> a server.
+
+    Raises ValueError naming the problem (the password is never echoed).
+    """
+    if url is None or url in ("sqlite", "sqlite://"):
+        return DatabaseSpec(statement_timeout=statement_timeout)
+    parts = urlsplit(url)
+    if parts.scheme not in ("mysql", "mariadb"):
+        raise ValueError(f"db: database must be sqlite or mysql://..., got scheme {parts.scheme!r}")
+    if parts.path not in ("", "/"):
+        raise ValueError("db: the mysql URL takes no database name (each session makes its own)")
+    try:
+        port = parts.port or 3306
+    except ValueError as exc:
+        raise ValueError(f"db: bad port in the mysql URL ({exc})") from exc
+    return DatabaseSpec(
+        backend="mysql",
+        host=parts.hostname or "127.0.0.1",
+        port=port,
+        user=unquote(parts.username or "root"),
+        password=unquote(parts.password or ""),
+        statement_timeout=statement_timeout,
+    )
+
+
+def open_database(
+    spec: DatabaseSpec,
+    table: str,
+    columns: Sequence[tuple[str, str]],
+    rows: Sequence[Sequence[Any]],
+) -> Database:
+    """A fresh database holding ``table`` with ``rows``; `StatementError` if they do not fit."""
+    if spec.backend == "mysql":
+        return MySQLDatabase(spec, table, columns, rows)
+    return SQLiteDatabase(table, columns, rows)
+
+
+def _sort_rows(rows: Sequence[Sequence[Any]]) -> list[tuple]:
+    return sorted((tuple(r) for r in rows), key=lambda row: [(v is None, str(v)) for v in row])
+
+
+# --- SQLite --------------------------------------------------------------------------
+
+
+def _dq(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class SQLiteDatabase:
+    """An in-memory SQLite database (MySQL's ``\\'`` string escapes are accepted)."""
+
+    def __init__(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        cols = ", ".join(f"{_dq(name)} {kind}" for name, kind in columns)
+        marks = ", ".join("?" for _ in columns)
+        try:
+            self._db.execute(f"CREATE TABLE {_dq(table)} ({cols})")
+            self._db.executemany(f"INSERT INTO {_dq(table)} VALUES ({marks})", rows)
+            self._db.commit()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise StatementError(str(exc)) from exc
+
+    def execute(self, sql: str) -> list[tuple]:
+        try:
+            cursor = self._db.execute(sql.strip().replace("\\'", "''"))
+            rows = cursor.fetchall()
+            self._db.commit()
+        except (sqlite3.Error, sqlite3.Warning) as exc:
+            raise StatementError(str(exc)) from exc
+        return rows
+
+    def table_rows(self, table: str) -> list[tuple]:
+        return _sort_rows(self.execute(f"SELECT * FROM {_dq(table)}"))
+
+    def close(self) -> None:
+        self._db.close()
+
+
+# --- MySQL / MariaDB ------------------------------------------------------------------
+
+
+def _bq(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MySQLDatabase:
+    """A database of its own on a MySQL/MariaDB server, dropped on ``close``."""
+
+    def __init__(
+        self,
+        spec: DatabaseSpec,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        import pymysql
+
+        self._pymysql = pymysql
+        self._name = DATABASE_PREFIX + uuid.uuid4().hex[:16]
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._conn = pymysql.connect(
+                host=spec.host,
+                port=spec.port,
+                user=spec.user,
+                password=spec.password,
+                charset="utf8mb4",
+                autocommit=True,
+                connect_timeout=10,
+            )
+        except pymysql.err.OperationalError as exc:
+            where = f"{spec.user}@{spec.host}:{spec.port}"
+            raise InfraError(f"db: cannot reach the MySQL server {where}: {exc}") from exc
+        self._server_call(f"CREATE DATABASE {_bq(self._name)} CHARACTER SET utf8mb4")
+        self._server_call(f"USE {_bq(self._name)}")
+        self._limit_statements(spec.statement_timeout)
+        # Every column TEXT, as AgentBench builds its MySQL tables: the data's declared
+        # types do not always fit its values ('No INT' in an INT column, dates in prose).
+        # MySQL refuses an empty column name; such a column is named _col<i>.
+        names = [name or f"_col{i}" for i, (name, _kind) in enumerate(columns)]
+        cols = ", ".join(f"{_bq(name)} TEXT" for name in names)
+        marks = ", ".join("%s" for _ in columns)
+        try:
+            self._run(f"CREATE TABLE {_bq(table)} ({cols})")
+            with self._conn.cursor() as cursor:
+                cursor.executemany(f"INSERT INTO {_bq(table)} VALUES ({marks})", list(rows))
+        except (StatementError, pymysql.err.MySQLError) as exc:
+            self.close()
+            raise StatementError(str(exc)) from exc
+
+    def _limit_statements(self, seconds: float) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.execute("SELECT VERSION()")
+            version = str(cursor.fetchone()[0])
+        if "mariadb" in version.lower():
+            self._server_call(f"SET SESSION max_statement_time = {float(seconds)}")
+        else:
+            self._server_call(f"SET SESSION max_execution_time = {int(seconds * 1000)}")
+
+    def _server_call(self, sql: str) -> None:
+        """A statement of ours: any failure here is the server's, not the model's."""
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute(sql)
+        except self._pymysql.err.MySQLError as exc:
+            raise InfraError(f"db: the MySQL server failed {sql.split()[0]}: {exc}") from exc
+
+    def _run(self, sql: str) -> list[tuple]:
+        err = self._pymysql.err
+        with self._lock:
+            if self._closed:
+                raise StatementError("the database is closed")
+            try:
+                with self._conn.cursor() as cursor:
+                    cursor.execute(sql)
+                    return list(cursor.fetchall()) if cursor.description else []
+            except (err.OperationalError, err.InterfaceError) as exc:
+                if _lost(exc):
+                    raise InfraError(f"db: lost the MySQL server: {exc}") from exc
+                raise StatementError(str(exc)) from exc
+            except err.MySQLError as exc:
+                raise StatementError(str(exc)) from exc
+
+    def execute(self, sql: str) -> list[tuple]:
+        # The model's text goes in as it is: ``%`` is not a placeholder without args.
+        return self._run(sql.strip())
+
+    def table_rows(self, table: str) -> list[tuple]:
+        return _sort_rows(self._run(f"SELECT * FROM {_bq(table)}"))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute(f"DROP DATABASE IF EXISTS {_bq(self._name)}")
+        except self._pymysql.err.MySQLError as exc:
+            # The server went away: nothing left to drop on our side; say so.
+            log.warning(
+                "db: could not drop the session database", database=self._name, error=str(exc)
+            )
+        finally:
+            self._conn.close()
+
+
+_LOST_CODES = {2006, 2013, 2003, 2055}
+"""Client error codes for a server that went away or cannot be reached."""
+
+
+def _lost(exc: Exception) -> bool:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    return code in _LOST_CODES or code is None

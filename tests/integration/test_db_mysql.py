@@ -1,0 +1,124 @@
+"""The db task on a real MySQL/MariaDB server (127.0.0.1:3306, root, no password).
+
+Skips with a reason when no server answers, unless AGENTRL_REQUIRE_MYSQL=1 (CI), in
+which case it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from agentrl.environments import InfraError, Status, make_task
+from agentrl.environments._check import check
+from agentrl.environments._dbbackend import DATABASE_PREFIX
+from agentrl.messages import ChatMessage, ToolCall
+
+from .conftest import broker_answers
+
+pytestmark = pytest.mark.integration
+
+MYSQL = "mysql://root@127.0.0.1:3306"
+SAMPLE = Path(__file__).resolve().parents[2].parent / "shared/agentbench/dbbench/dev.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server():
+    import pymysql
+
+    if not broker_answers("127.0.0.1", 3306):
+        reason = "no MySQL/MariaDB server answers at 127.0.0.1:3306"
+        if os.environ.get("AGENTRL_REQUIRE_MYSQL") == "1":
+            pytest.fail(f"{reason} and AGENTRL_REQUIRE_MYSQL=1")
+        pytest.skip(f"{reason} (set AGENTRL_REQUIRE_MYSQL=1 to make this a failure)")
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+    yield conn
+    conn.close()
+
+
+def session_databases(conn) -> set[str]:
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW DATABASES")
+        return {row[0] for row in cursor.fetchall() if row[0].startswith(DATABASE_PREFIX)}
+
+
+def call(name: str, **arguments) -> ChatMessage:
+    return ChatMessage(
+        "assistant", "", [ToolCall(id="c", name=name, arguments=json.dumps(arguments))]
+    )
+
+
+def test_the_agentbench_sample_runs_on_the_server(server):
+    if not SAMPLE.exists():
+        pytest.skip(f"{SAMPLE} is absent")
+    before = session_databases(server)
+    env = make_task("db", data=str(SAMPLE), database=MYSQL)
+    oracle = check("db", env, "oracle")
+    assert oracle.instances == 60
+    assert oracle.success_rate == 1.0, oracle.format()
+    randomly = check("db", env, "random", seed=3)
+    assert randomly.success_rate < 0.2, randomly.format()
+    assert session_databases(server) == before  # every session's database was dropped
+
+
+def test_the_built_in_set_runs_on_the_server(server):
+    env = make_task("db", database=MYSQL)
+    report = check("db", env, "oracle")
+    assert report.success_rate == 1.0, report.format()
+
+
+def test_sessions_are_private_and_dropped_at_the_end(server):
+    env = make_task("db", database=MYSQL)
+    index = next(i for i in range(env.num_instances) if env.item(i).mutation)
+    item = env.item(index)
+    a, b = env.start(index), env.start(index)
+    assert len(session_databases(server)) >= 2
+    step = env.interact(a.session, call("execute_sql", sql=f"DELETE FROM `{item.table_name}`"))
+    assert step.status == Status.RUNNING
+    step = env.interact(
+        b.session, call("execute_sql", sql=f"SELECT COUNT(*) FROM `{item.table_name}`")
+    )
+    assert json.loads(step.messages[0].content) == [[len(item.rows)]]  # b does not see a's change
+    env.cancel(a.session)
+    env.cancel(a.session)  # idempotent
+    end = env.interact(b.session, call("commit_final_answer", answers=[]))
+    assert end.finish and end.reward == 0.0  # nothing changed: the gold change was not made
+    leftover = {
+        name
+        for name in session_databases(server)
+        if name in {a.session.db._name, b.session.db._name}
+    }
+    assert leftover == set()
+
+
+def test_sql_errors_and_slow_statements_are_observations(server):
+    env = make_task("db", database=MYSQL, statement_timeout=1.0)
+    start = env.start(0)
+    step = env.interact(start.session, call("execute_sql", sql="SELEC nonsense"))
+    assert step.status == Status.RUNNING and "error" in step.messages[0].content
+    step = env.interact(start.session, call("execute_sql", sql="SELECT SLEEP(5)"))
+    # MariaDB stops the statement at max_statement_time: an error the model sees (or the
+    # interrupted SLEEP's 1), never a wait of 5 s
+    content = step.messages[0].content
+    assert step.status == Status.RUNNING and ("error" in content or content == "[[1]]"), content
+    env.cancel(start.session)
+
+
+def test_an_unreachable_server_is_an_infra_error():
+    port = random.randint(20000, 30000)
+    while broker_answers("127.0.0.1", port):
+        port += 1
+    env = make_task("db", database=f"mysql://root@127.0.0.1:{port}")
+    with pytest.raises(InfraError, match="cannot reach"):
+        env.start(0)
+
+
+def test_bad_database_urls_are_refused():
+    with pytest.raises(ValueError, match="scheme 'postgres'"):
+        make_task("db", database="postgres://x")
+    with pytest.raises(ValueError, match="takes no database name"):
+        make_task("db", database="mysql://root@127.0.0.1/test")
