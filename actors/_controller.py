@@ -17,7 +17,6 @@ version each one serves, per pool (`samplers`, `pool_versions`).
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from agentrl.messages import (
     encode,
 )
 
+from ._mix import TaskMixer
 from ._wire import TopologySpec, declare, decode_or_dead_letter, forward_to, subscribe, wait_all
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ class TaskEntry:
     """One task of the catalogue as the controller sees it."""
 
     weight: float
-    """Relative share of groups drawn from this task."""
+    """Relative share of groups given to this task (interleaved, see `_mix`)."""
     num_instances: int
     """Size of the task's instance set; indices are drawn in a seeded shuffled order."""
 
@@ -83,8 +83,11 @@ class ControllerActor(pykka.ThreadingActor):
         self._batch = episodes_per_batch
         self._eta = max_staleness
         self._latest = initial
-        self._rng = random.Random(seed)
-        self._orders: dict[str, tuple[list[int], int]] = {}
+        self._mixer = TaskMixer(
+            {n: t.weight for n, t in self._tasks.items()},
+            {n: t.num_instances for n, t in self._tasks.items()},
+            seed=seed,
+        )
         # Resuming at version v: the episodes of batches 1..v were issued and trained.
         self._issued = initial.version * episodes_per_batch
         self._dropped = 0
@@ -252,8 +255,7 @@ class ControllerActor(pykka.ThreadingActor):
         wait_all(futures)
 
     def _issue_group(self) -> list:
-        task = self._pick_task()
-        index = self._next_index(task)
+        task, index = self._mixer.next()
         group_id = uuid.uuid4().hex[:12]
         self._groups += 1
         futures = []
@@ -273,18 +275,3 @@ class ControllerActor(pykka.ThreadingActor):
         self._issued_by_task[task] += self._group_size
         self._log.debug("group issued", task=task, index=index, group=group_id)
         return futures
-
-    def _pick_task(self) -> str:
-        names = list(self._tasks)
-        weights = [self._tasks[n].weight for n in names]
-        return self._rng.choices(names, weights=weights)[0]
-
-    def _next_index(self, task: str) -> int:
-        """Walk a seeded permutation of the task's instances; reshuffle each epoch."""
-        order, pos = self._orders.get(task, ([], 0))
-        if pos >= len(order):
-            order = list(range(self._tasks[task].num_instances))
-            self._rng.shuffle(order)
-            pos = 0
-        self._orders[task] = (order, pos + 1)
-        return order[pos]
