@@ -50,6 +50,17 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
         out[f"env/{task}/reward"] = fmean(t.reward for t in ts)
         out[f"env/{task}/success"] = fmean(is_success(t) for t in ts)
         out[f"env/{task}/episodes"] = float(len(ts))
+        for status, n in Counter(t.status for t in ts).items():
+            out[f"env/{task}/status/{status}"] = n / len(ts)
+        # what the task itself reported on its finishing step (``env/<name>``), averaged
+        # over the episodes that report it
+        reported: dict[str, list[float]] = defaultdict(list)
+        for t in ts:
+            for key, value in t.metrics.items():
+                if key.startswith("env/"):
+                    reported[key.removeprefix("env/")].append(float(value))
+        for name, values in reported.items():
+            out.setdefault(f"env/{task}/{name}", fmean(values))
     issue_lag = [trained_on - t.issued_version for t in batch]
     token_lag = [
         trained_on - v for t in batch for v, m in zip(t.versions, t.loss_mask, strict=True) if m

@@ -57,3 +57,19 @@ def test_a_trajectory_with_inconsistent_pools_is_left_out_of_turn_metrics_only()
     assert m["rollout/episodes"] == 2
     assert m["rollout/pool_share/current"] == 1.0
     assert m["staleness/turn_lag/current"] == 0.0
+
+
+def test_per_task_statuses_and_the_tasks_own_metrics():
+    batch = [
+        two_turns(["current"] * 2, [6, 6], task="db", metrics={"env/sql_errors": 2.0}),
+        two_turns(["current"] * 2, [6, 6], task="db", metrics={"env/sql_errors": 0.0},
+                  status="task_limit_reached"),
+        two_turns(["current"] * 2, [6, 6], task="db", metrics={}),
+        two_turns(["current"] * 2, [6, 6], task="kg", metrics={"env/f1": 0.5, "infra": 1.0}),
+    ]  # fmt: skip
+    m = batch_metrics(batch, version=7, wall=1.0)
+    assert m["env/db/status/completed"] == pytest.approx(2 / 3)
+    assert m["env/db/status/task_limit_reached"] == pytest.approx(1 / 3)
+    assert m["env/db/sql_errors"] == 1.0  # (2 + 0) / 2: the episode without it is left out
+    assert m["env/kg/f1"] == 0.5 and "env/kg/infra" not in m
+    assert "env/db/f1" not in m
