@@ -17,14 +17,16 @@
   ``orphan_timeout`` instead: a waiting client interacts at once.
 - Starts and interactions run on a pool of ``capacity`` threads, never on the
   connection's I/O thread.
-- A `Heartbeat` (role ``env``, label ``task``, gauge ``sessions``) every
-  ``heartbeat_interval`` seconds tells the controller the worker is alive.
+- A `Heartbeat` (role ``env``, label ``task``, gauge ``sessions``) and a
+  `SessionReport` (its session ids and their idle seconds) every
+  ``heartbeat_interval`` seconds tell the controller the worker is alive and
+  what it holds. The controller's registry reconciles that table with the
+  rollouts' and may send an `EnvCancel` (orphan, idle) on the worker's queue.
+  The worker's own idle and orphan timers stay as a backstop for a run whose
+  controller is down; whichever rule fires first ends the session, with the same
+  effect (see docs/internals.md, "Environment worker registry").
 
-`RemoteEnvironment` is the Environment a rollout actor uses for a remote task:
-``start`` is an RPC on the task queue, ``interact`` an RPC on the worker that
-holds the session. A worker that dies (its exclusive queue disappears, or it
-does not answer within ``timeout``) becomes `InfraError`, which the rollout turns
-into a retry of the whole episode on a fresh environment.
+`RemoteEnvironment` (the client side, in `_remote.py`) is re-exported here.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from agentrl.environments._protocol import Environment, InfraError, Start, Status, Step
+from agentrl.environments._protocol import Environment, InfraError, Status, Step
 from agentrl.messages import (
     Delivery,
     EnvCancel,
@@ -48,29 +50,19 @@ from agentrl.messages import (
     EnvStart,
     Heartbeat,
     MessageError,
+    SessionReport,
     Topology,
     TransportError,
-    Unroutable,
     connect,
     decode,
     encode,
 )
 
-__all__ = ["EnvWorker", "RemoteEnvironment", "task_queue", "worker_queue"]
+from ._remote import UNKNOWN_SESSION, RemoteEnvironment, task_queue, worker_queue
+
+__all__ = ["UNKNOWN_SESSION", "EnvWorker", "RemoteEnvironment", "task_queue", "worker_queue"]
 
 log = structlog.get_logger(__name__)
-
-
-UNKNOWN_SESSION = "env/unknown_session"
-"""Metric set on the reply to a session the worker does not hold (it restarted)."""
-
-
-def task_queue(run: str, task: str) -> str:
-    return f"{run}.env.{task}"
-
-
-def worker_queue(run: str, worker_id: str) -> str:
-    return f"{run}.env.worker.{worker_id}"
 
 
 @dataclass
@@ -246,66 +238,24 @@ class EnvWorker:
                 labels={"task": self.task, "event": "alive"},
             )
             try:
-                self._transport.publish(
-                    Topology(self.run).control, "heartbeat.env", encode(beat, run=self.run)
-                )
+                control = Topology(self.run).control
+                self._transport.publish(control, "heartbeat.env", encode(beat, run=self.run))
+                report = encode(self.report(), run=self.run)
+                self._transport.publish(control, "sessions.env", report)
             except TransportError as exc:
                 self._log.debug("heartbeat not sent", error=repr(exc))
 
-
-class RemoteEnvironment:
-    """The Environment of a task served by `EnvWorker`s (see module doc)."""
-
-    def __init__(self, transport, run: str, task: str, *, timeout: float = 60.0) -> None:
-        self._transport = transport
-        self._run, self._task, self._timeout = run, task, timeout
-        self._tools: list[dict] = []
-
-    @property
-    def tools(self) -> list[dict]:
-        """The task's tool schemas, as the last reply gave them."""
-        return list(self._tools)
-
-    @property
-    def num_instances(self) -> int:
-        raise NotImplementedError("a remote task's instance count comes from its local copy")
-
-    def start(self, index: int) -> Start:
-        sid = uuid.uuid4().hex
-        reply = self._call(task_queue(self._run, self._task), EnvStart(sid, self._task, index))
-        if reply.finish:
-            raise InfraError(f"{self._task} instance {index}: the worker could not start it")
-        self._tools = list(reply.tools)
-        return Start(session=(sid, reply.worker_id), messages=list(reply.messages))
-
-    def interact(self, session, message) -> Step:
-        sid, worker = session
-        reply = self._call(worker_queue(self._run, worker), EnvInteract(sid, message))
-        if reply.metrics.get(UNKNOWN_SESSION):
-            raise InfraError(f"worker {worker} no longer holds session {sid}")
-        return Step(
-            messages=list(reply.messages),
-            status=Status(reply.status),
-            reward=reply.reward,
-            finish=reply.finish,
-            metrics=dict(reply.metrics),
+    def report(self) -> SessionReport:
+        """The sessions held now, for the controller's registry."""
+        now = time.monotonic()
+        with self._lock:
+            held = [(sid, now - h.last_used) for sid, h in self._sessions.items()]
+        return SessionReport(
+            reporter=self.worker_id,
+            role="env",
+            at=time.time(),
+            task=self.task,
+            capacity=self.capacity,
+            session_ids=[sid for sid, _ in held],
+            idle=[idle for _, idle in held],
         )
-
-    def cancel(self, session) -> None:
-        """Best effort: a worker that is gone has nothing left to cancel."""
-        sid, worker = session
-        body = encode(EnvCancel(sid), run=self._run)
-        try:
-            self._transport.publish("", worker_queue(self._run, worker), body).result(10)
-        except (Unroutable, TransportError, TimeoutError) as exc:
-            log.debug("cancel not delivered", session=sid, error=repr(exc))
-
-    def _call(self, queue: str, payload) -> EnvReply:
-        body = encode(payload, run=self._run)
-        try:
-            delivery = self._transport.call("", queue, body, timeout=self._timeout).result(
-                self._timeout + 5
-            )
-        except (Unroutable, TransportError, TimeoutError) as exc:
-            raise InfraError(f"{queue}: no environment worker answered ({exc!r})") from exc
-        return decode(delivery.body, expect=EnvReply).payload

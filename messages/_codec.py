@@ -34,6 +34,8 @@ from ._records import (
     Envelope,
     Message,
     Payload,
+    SessionReport,
+    SessionsLost,
     Trajectory,
 )
 
@@ -324,7 +326,24 @@ def _check_trajectory(record: Trajectory, path: str) -> None:
             raise _error(f"{path}.{name}", f"length {other} != len(token_ids) {length}")
 
 
-_RECORD_CHECKS: dict[type, Callable[[Any, str], None]] = {Trajectory: _check_trajectory}
+def _check_parallel(names: tuple[str, ...], optional: tuple[str, ...] = ()):
+    """A rule: the listed fields have one entry per session (``optional`` ones may be empty)."""
+
+    def check(record: Any, path: str) -> None:
+        length = len(getattr(record, names[0]))
+        for name in names[1:] + optional:
+            other = len(getattr(record, name))
+            if other != length and not (name in optional and other == 0):
+                raise _error(f"{path}.{name}", f"length {other} != len({names[0]}) {length}")
+
+    return check
+
+
+_RECORD_CHECKS: dict[type, Callable[[Any, str], None]] = {
+    Trajectory: _check_trajectory,
+    SessionReport: _check_parallel(("session_ids", "idle"), ("workers", "episodes", "tasks")),
+    SessionsLost: _check_parallel(("session_ids", "reasons")),
+}
 """Record class -> rule over several of its fields, run after the per-field checks."""
 
 

@@ -337,6 +337,51 @@ class EnvReply:
     """Environment metrics."""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionReport:
+    """Env worker or rollout actor -> controller: the environment sessions it holds now.
+
+    Parallel lists, one entry per session, so 500 sessions stay a few kilobytes.
+    """
+
+    KIND: ClassVar[str] = "session_report"
+
+    reporter: str
+    """Id of the env worker or rollout actor."""
+    role: Literal["env", "rollout"]
+    """``env``: the sessions a worker serves; ``rollout``: the sessions its episodes use."""
+    at: float
+    """Wall clock of the report, seconds since the epoch."""
+    task: str
+    """For ``env``: the task the worker serves; empty for ``rollout``."""
+    capacity: int
+    """For ``env``: sessions it can hold; for ``rollout``: episode concurrency."""
+    session_ids: list[str]
+    """The live sessions."""
+    idle: list[float]
+    """Per session: seconds since its last start or interact."""
+    workers: list[str] = field(default_factory=list)
+    """For ``rollout``: per session, the worker holding it; empty for ``env``."""
+    episodes: list[str] = field(default_factory=list)
+    """For ``rollout``: per session, its episode id; empty for ``env``."""
+    tasks: list[str] = field(default_factory=list)
+    """For ``rollout``: per session, its task; empty for ``env``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsLost:
+    """Controller -> one rollout actor: sessions it holds that are gone; end those episodes."""
+
+    KIND: ClassVar[str] = "sessions_lost"
+
+    rollout_id: str
+    """The rollout actor holding the sessions."""
+    session_ids: list[str]
+    """Sessions to give up (their episodes end as infra failures and are retried)."""
+    reasons: list[str]
+    """Per session: why (``worker dead``, ``not on its worker``, ``idle``)."""
+
+
 Payload = (
     EpisodeRequest
     | GenerateRequest
@@ -352,6 +397,8 @@ Payload = (
     | EnvInteract
     | EnvCancel
     | EnvReply
+    | SessionReport
+    | SessionsLost
 )
 """Any payload record (a class with a ``KIND``)."""
 
@@ -370,6 +417,8 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     EnvInteract,
     EnvCancel,
     EnvReply,
+    SessionReport,
+    SessionsLost,
 )
 """Every payload class, in table order."""
 

@@ -29,6 +29,8 @@ from agentrl.messages import (
     Message,
     MessageError,
     MetricsReport,
+    SessionReport,
+    SessionsLost,
     StatusQuery,
     ToolCall,
     Trajectory,
@@ -99,7 +101,24 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
     )
 
 
+@st.composite
+def session_tables(draw: st.DrawFn, cls: type) -> Any:
+    """SessionReport / SessionsLost whose per-session lists share one length."""
+    length = draw(st.integers(0, 5))
+    base = draw(record_strategy(cls))
+    hints = typing.get_type_hints(cls)
+    per_session = {
+        name: draw(st.lists(FLOAT32 if hints[name] == list[float] else TEXT,
+                            min_size=length, max_size=length))
+        for name in ("session_ids", "idle", "workers", "episodes", "tasks", "reasons")
+        if hasattr(base, name)
+    }  # fmt: skip
+    return dataclasses.replace(base, **per_session)
+
+
 def payload_strategy(cls: type) -> st.SearchStrategy[Any]:
+    if cls in (SessionReport, SessionsLost):
+        return session_tables(cls)
     return trajectories() if cls is Trajectory else record_strategy(cls)
 
 
@@ -174,6 +193,8 @@ def test_every_table_kind_is_a_payload_record() -> None:
         "env_interact",
         "env_cancel",
         "env_reply",
+        "session_report",
+        "sessions_lost",
     }
     assert SCHEMA_VERSION == 2
 
