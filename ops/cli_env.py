@@ -2,6 +2,7 @@
 
     agentrl-env check --task db --data dev.jsonl --agent oracle   # validate a task's data
     agentrl-env check --task db --agent random                    # the built-in set
+    agentrl-env check --task db --data dev.jsonl --option database=mysql://root@127.0.0.1
     agentrl-env worker --task db --broker URL --run NAME --capacity 8   # serve sessions
     agentrl-env-worker --task db --broker URL --run NAME --capacity 8   # the same
 
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--data", help="a data file in the task's format (default: built-in set)")
     chk.add_argument("--agent", choices=AGENTS, default="oracle")
     chk.add_argument("--seed", type=int, default=0, help="the random agent's seed")
+    _option_arg(chk)
     _worker_args(sub.add_parser("worker", help="serve a task's sessions over the broker"))
     return parser
 
@@ -45,10 +47,26 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", required=True, help="the run's name")
     parser.add_argument("--capacity", type=int, default=8, help="sessions held at once")
     parser.add_argument("--worker-id", help="default: <host>-<random>")
+    _option_arg(parser)
+
+
+def _option_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE",
-        help="task option (the value in YAML), repeatable",
+        help="task option (the value in YAML), repeatable; e.g. database=mysql://root@host",
     )  # fmt: skip
+
+
+def _options(items: list[str]) -> dict | None:
+    """``KEY=VALUE`` strings -> task options (values read as YAML); None after an error."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"agentrl-env: --option {item!r} is not KEY=VALUE", file=sys.stderr)
+            return None
+        options[key] = yaml.safe_load(value)
+    return options
 
 
 def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -56,13 +74,9 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
 
     from ._config import read_broker
 
-    options = {}
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"agentrl-env: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
-        options[key] = yaml.safe_load(value)
+    options = _options(args.option)
+    if options is None:
+        return 2
     try:
         worker = EnvWorker(
             make_task(args.task, **options),
@@ -103,7 +117,11 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     if args.command == "worker":
         return _run_worker(args, stop)
     configure_logging("warning")
-    options = {"data": args.data} if args.data else {}
+    options = _options(args.option)
+    if options is None:
+        return 2
+    if args.data:
+        options["data"] = args.data
     try:
         env = make_task(args.task, **options)
         report = check(args.task, env, args.agent, seed=args.seed)

@@ -122,3 +122,12 @@ def test_bad_database_urls_are_refused():
         make_task("db", database="postgres://x")
     with pytest.raises(ValueError, match="takes no database name"):
         make_task("db", database="mysql://root@127.0.0.1/test")
+
+
+def test_check_cli_takes_the_server_as_an_option(server, capsys):
+    from agentrl.ops.cli_env import main
+
+    assert main(["check", "--task", "db", "--option", f"database={MYSQL}"]) == 0
+    assert "succeeded (1.000)" in capsys.readouterr().out
+    assert main(["check", "--task", "db", "--option", "database"]) == 2
+    assert "is not KEY=VALUE" in capsys.readouterr().err
