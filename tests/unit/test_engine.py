@@ -9,12 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentrl.actors._engine import (
-    EngineClosed,
-    Generation,
-    TorchEngine,
-    WeightsMismatch,
-)
+from agentrl.actors._engine import TorchEngine
+from agentrl.actors._engine_base import EngineClosed, Generation, WeightsMismatch
 from agentrl.actors._sampling import sample_tokens
 
 pytestmark = pytest.mark.skipif(
