@@ -1,0 +1,445 @@
+"""The webshop task: the in-process shop, WebShop's reward, the HTTP adapter, the whole loop."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agentrl.environments import make_task
+from agentrl.environments._check import check
+from agentrl.environments._protocol import InfraError, SessionClosed, Status
+from agentrl.environments._webshop import CHECK_AGENTS
+from agentrl.environments._webshop_catalogue import (
+    CatalogueError,
+    Goal,
+    Product,
+    load_catalogue,
+    load_goals,
+)
+from agentrl.environments._webshop_reward import (
+    normalize_color,
+    purchase_reward,
+    token_set_ratio,
+    type_reward,
+)
+from agentrl.messages import ChatMessage, ToolCall
+from agentrl.ops import cli_env
+from tests.unit.webshop_server import FakeWebShop
+
+AGENTBENCH_WEBSHOP = Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "webshop"
+
+
+def _say(*calls: tuple[str, dict]) -> ChatMessage:
+    return ChatMessage(
+        "assistant",
+        "",
+        [ToolCall(f"c{i}", name, json.dumps(a)) for i, (name, a) in enumerate(calls)],
+    )
+
+
+def _search(keywords: str) -> ChatMessage:
+    return _say(("search_action", {"keywords": keywords}))
+
+
+def _click(button: str) -> ChatMessage:
+    return _say(("click_action", {"button": button}))
+
+
+def _play(env, index: int, agent: str, seed: int = 0):
+    """The finishing step of one episode played by a check agent."""
+    start = env.start(index)
+    for call in CHECK_AGENTS[agent](env, index, random.Random(seed)):
+        step = env.interact(start.session, ChatMessage("assistant", "", [call]))
+        if step.finish:
+            return step
+    raise AssertionError(f"{agent} did not finish instance {index}")
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_task("webshop")
+
+
+@pytest.fixture
+def server():
+    fake = FakeWebShop().start()
+    yield fake
+    fake.stop()
+
+
+# --- the check agents ----------------------------------------------------------------
+
+
+def test_oracle_buys_the_right_thing_everywhere_and_random_never(env):
+    assert env.num_instances == 30
+    report = check("webshop", env, "oracle")
+    assert report.success_rate == 1.0, report.format()
+    assert check("webshop", env, "random").successes == 0
+    steps = [_play(env, i, "random", seed=i) for i in range(env.num_instances)]
+    assert all(s.status == Status.COMPLETED for s in steps)
+    rewards = [s.reward for s in steps]
+    # a random first-page product with no options chosen: partial credit at most
+    assert max(rewards) < 1.0 and sum(rewards) / len(rewards) < 0.6
+    assert min(rewards) == 0.0  # some results are of another type (r_type 0)
+
+
+def test_cli_check_prints_the_oracle_rate(capsys):
+    assert cli_env.main(["check", "--task", "webshop", "--agent", "oracle"]) == 0
+    assert "task webshop, agent oracle: 30/30 succeeded (1.000)" in capsys.readouterr().out
+
+
+# --- a session step by step ----------------------------------------------------------
+
+
+def test_a_session_step_by_step(env):
+    goal = env.goal(0)
+    start = env.start(0)
+    assert [m.role for m in start.messages] == ["system", "user"]
+    assert goal.instruction in start.messages[1].content
+    assert goal.instruction.endswith("and price lower than 70.00 dollars")
+
+    step = env.interact(start.session, _click("Buy Now"))  # nothing to click on the search page
+    assert step.status == Status.RUNNING
+    assert step.messages[0].content.startswith("Invalid action!")
+    assert "search_action" in step.messages[0].content
+
+    step = env.interact(start.session, _search("sneakers"))
+    page1 = step.messages[0].content
+    assert "Page 1 (Total results: 13)" in page1 and "[Next >]" in page1
+    assert "[< Prev]" not in page1
+    step = env.interact(start.session, _search("more sneakers"))  # no search bar here
+    assert step.messages[0].content.startswith("Invalid action!")
+    results = env.search("sneakers")
+    # page through to the target, then back and forth
+    page_of_target = results.index(goal.asin) // 10
+    assert page_of_target == 1  # "sneakers" lists the target 12th: on page 2
+    step = env.interact(start.session, _click(goal.asin))  # not on this page
+    assert step.messages[0].content.startswith("Invalid action!")
+    step = env.interact(start.session, _click("next >"))
+    assert f"[{goal.asin}]" in step.messages[0].content and "[< Prev]" in step.messages[0].content
+    assert env.interact(start.session, _click("< Prev")).messages[0].content == page1
+    env.interact(start.session, _click("Next >"))
+    title = env.product(goal.asin).title
+    step = env.interact(start.session, _click(title))  # a title works as well as the id
+    item = step.messages[0].content
+    assert "[Buy Now]" in item and "[Description]" in item and f"[{goal.options[0]}]" in item
+    for value in goal.options:
+        step = env.interact(start.session, _click(value.upper()))  # case does not matter
+    assert f"[{goal.options[0]}] (chosen)" in step.messages[0].content
+    step = env.interact(start.session, _click("Features"))
+    assert "[< Prev]" in step.messages[0].content and "[Buy Now]" not in step.messages[0].content
+    step = env.interact(start.session, _click("< Prev"))  # back to the item, options kept
+    assert f"[{goal.options[-1]}] (chosen)" in step.messages[0].content
+    step = env.interact(start.session, _click("Buy Now"))
+    assert (step.status, step.reward, step.finish) == (Status.COMPLETED, 1.0, True)
+    assert step.messages[0].content.endswith("[SEP] 1.0")
+    m = step.metrics
+    assert (m["env/invalid_actions"], m["env/searches"], m["env/success"]) == (3.0, 1.0, 1.0)
+    assert (m["env/r_type"], m["env/r_attr"], m["env/r_option"], m["env/r_price"]) == (1, 1, 1, 1)
+    with pytest.raises(SessionClosed):
+        env.interact(start.session, _click("Buy Now"))
+
+
+def test_a_partial_purchase_is_a_completed_episode_with_its_reward(env):
+    goal = env.goal(0)  # lace up, machine washable; white, 8.5; under $70 (running sneakers)
+    start = env.start(0)
+    env.interact(start.session, _search(goal.instruction))
+    env.interact(start.session, _click(goal.asin))
+    env.interact(start.session, _click(goal.options[0]))  # the colour only
+    step = env.interact(start.session, _click("Buy Now"))
+    # (2 attributes + 1 of 2 options + price) / (2 + 2 + 1) = 4/5
+    assert (step.status, step.reward) == (Status.COMPLETED, pytest.approx(0.8))
+    assert step.metrics["env/success"] == 0.0 and step.metrics["env/r_option"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage("assistant", "I would buy the red one."),
+        _say(("add_to_cart", {"item": "x"})),
+        _say(("search_action", {"query": "shoes"})),
+        _say(("search_action", {"keywords": "   "})),
+        _say(("click_action", {"button": 3})),
+        ChatMessage("assistant", "", [ToolCall("c0", "click_action", "[1, 2]")]),
+    ],
+)
+def test_model_failures_end_with_agent_invalid_action(env, message):
+    step = env.interact(env.start(0).session, message)
+    assert (step.status, step.reward, step.finish) == (Status.AGENT_INVALID_ACTION, 0.0, True)
+    assert step.metrics["env/purchased"] == 0.0
+
+
+def test_turn_limit_and_cancel():
+    env = make_task("webshop", max_turns=2)
+    start = env.start(1)
+    assert env.interact(start.session, _search("coffee")).status == Status.RUNNING
+    step = env.interact(start.session, _click("Back to Search"))
+    assert (step.status, step.reward, step.finish) == (Status.TASK_LIMIT_REACHED, 0.0, True)
+    other = env.start(1)
+    env.cancel(other.session)
+    env.cancel(other.session)  # idempotent
+    with pytest.raises(SessionClosed):
+        env.interact(other.session, _search("coffee"))
+    with pytest.raises(IndexError):
+        env.start(env.num_instances)
+
+
+def test_sessions_in_threads_do_not_share_state(env):
+    rewards: dict[int, float] = {}
+
+    def run(index: int) -> None:
+        rewards[index] = _play(env, index, "oracle").reward
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert rewards == {i: 1.0 for i in range(8)}
+
+
+# --- WebShop's reward ----------------------------------------------------------------
+
+
+def test_token_set_ratio_and_colours():
+    assert token_set_ratio("Machine Washable", "machine-washable") == 100  # same tokens
+    assert token_set_ratio("9.5", "9") == 100  # {9, 5} vs {9}: one set inside the other
+    # {footrest} common; "footrest with" vs "footrest without": LCS 13, 200*13/(13+16) = 89.7
+    assert token_set_ratio("with footrest", "without footrest") == 90
+    # nothing common: sorted "free gluten" vs "acid low", LCS " l" = 2: 200*2/(11+8) = 21.1
+    assert token_set_ratio("gluten free", "low acid") == 21
+    assert normalize_color("navy blue") == "blue" and normalize_color("rose gold") == "gold"
+    assert normalize_color("8.5") == "8.5"
+
+
+def test_type_reward_follows_webshop_rules():
+    same = dict(
+        query="q", goal_query="q", product_category="A \u203a B", goal_product_category="A \u203a B"
+    )
+    assert type_reward(name="Trail Shoes", goal_name="Running Shoes", **same) == 1.0
+    other = dict(
+        query="q", goal_query="z", product_category="A \u203a B", goal_product_category="C"
+    )
+    # goal nouns {running, shoes}; shared {shoes}: 1/2 > 0.2 -> the title alone matches
+    assert type_reward(name="Walking Shoes", goal_name="Running Shoes", **other) == 1.0
+    # goal nouns {aldane, cotton, graphic, tee, shirt, print, top, blouse, tunic, casual}
+    # shared {tee}: 1/10 = 0.1, not > 0.2 and nothing else matches -> 0.5
+    long_name = "Aldane Cotton Graphic Tee Shirt Print Top Blouse Tunic Casual"
+    assert type_reward(name="Basic Tee", goal_name=long_name, **other) == 0.5
+    # shared nothing -> 0.0 even though query and category match
+    assert type_reward(name="Office Chair", goal_name="Ground Coffee", **same) == 0.0
+
+
+def _product(**changes) -> Product:
+    fields = dict(
+        asin="P1",
+        title="Kestrel Breathable Running Sneakers",
+        description="Light and comfortable.",
+        bullet_points=("RUBBER SOLE: grips well",),
+        pricing=(60.0,),
+        options={"color": ("red", "navy blue"), "size": ("9", "9.5")},
+        attributes=("lace-up", "memory foam"),
+        category="fashion",
+        query="men's sneakers",
+        product_category="Shoes \u203a Men \u203a Sneakers",
+    )
+    fields.update(changes)
+    return Product(**fields)
+
+
+GOAL = Goal(
+    asin="P1",
+    instruction="running sneakers, lace up, rubber sole, arch support, in blue, size 9.5",
+    attributes=("lace up", "rubber sole", "arch support"),
+    options=("blue", "9.5"),
+    price_upper=50.0,
+    query="men's sneakers",
+    category="fashion",
+    product_category="Shoes \u203a Men \u203a Sneakers",
+    name="Kestrel Breathable Running Sneakers",
+)
+
+
+def test_purchase_reward_by_hand():
+    product = _product()
+    # attrs: "lace up" ~ "lace-up" (ratio 100), "rubber sole" in the bullet points,
+    # "arch support" nowhere -> 2; options: navy blue -> "blue" matches, size "9" is not
+    # exactly "9.5" -> 1; price 60 > 50 -> 0.  r_type 1 (same query).
+    # total = 1 * (2 + 1 + 0) / (3 + 2 + 1) = 0.5
+    parts = purchase_reward(product, GOAL, 60.0, {"color": "navy blue", "size": "9"})
+    assert (parts.attr_matches, parts.option_matches, parts.price_ok) == (2, 1, False)
+    assert parts.total == pytest.approx(0.5)
+    # both options and the price right, "arch support" still missing -> (2 + 2 + 1) / 6
+    parts = purchase_reward(product, GOAL, 45.0, {"color": "navy blue", "size": "9.5"})
+    assert parts.total == pytest.approx(5 / 6)
+    # no options chosen, other product type: title nouns {kestrel, breathable, running,
+    # sneakers} vs {ground, coffee} share nothing -> r_type 0 -> 0
+    coffee = _product(title="Ground Coffee", query="ground coffee", product_category="Food")
+    assert purchase_reward(coffee, GOAL, 10.0, {}).total == 0.0
+    # an option that only appears in the title still counts (WebShop counts chosen options):
+    # "breathable" is in the title -> options 2 of 2 without any size, total stays <= 1
+    parts = purchase_reward(product, GOAL, 45.0, {"color": "navy blue", "fit": "breathable"})
+    assert parts.option_matches == 2 and parts.total == pytest.approx(5 / 6)
+
+
+# --- data files ----------------------------------------------------------------------
+
+
+def test_webshop_format_files_load(tmp_path):
+    """items_shuffle / items_ins_v2 / items_human_ins shaped files, as WebShop ships them."""
+    items = [
+        {
+            "asin": "B000000001",
+            "name": "Acme Organic Ground Coffee",
+            "full_description": "Rich and smooth.",
+            "small_description": "Organic beans",
+            "pricing": "$12.00 - $16.00",
+            "customization_options": {"Flavor Name": [{"value": "Vanilla/Bean", "image": None}]},
+            "category": "grocery",
+            "query": "Ground Coffee ",
+            "product_category": "Grocery \u203a Coffee",
+            "images": ["x.jpg"],
+        },
+        {"asin": "nan", "name": "skipped", "customization_options": None},
+        {
+            "asin": "B000000002",
+            "name": "Acme Tea",
+            "full_description": "",
+            "small_description": ["Green tea"],
+            "pricing": "",
+            "customization_options": None,
+            "category": "grocery",
+            "query": "tea",
+            "product_category": "Grocery \u203a Tea",
+            "images": ["y.jpg"],
+        },
+    ]
+    human = {
+        "B000000001": [
+            {
+                "asin": "B000000001",
+                "instruction": "i want organic ground coffee in vanilla bean flavor.",
+                "instruction_attributes": ["organic"],
+                "instruction_options": ["vanilla | bean"],
+            },
+            {"instruction": "skipped: no attributes", "instruction_attributes": []},
+        ]
+    }
+    attrs = {"B000000001": {"attributes": ["organic", "ground coffee"]}}
+    paths = {}
+    for name, data in (("items.json", items), ("human.json", human), ("attrs.json", attrs)):
+        paths[name] = tmp_path / name
+        paths[name].write_text(json.dumps(data))
+    products = load_catalogue(paths["items.json"], paths["attrs.json"])
+    assert sorted(products) == ["B000000001", "B000000002"]
+    coffee, tea = products["B000000001"], products["B000000002"]
+    assert coffee.options == {"flavor name": ("vanilla | bean",)}
+    assert coffee.pricing == (12.0, 16.0) and 12.0 <= coffee.price <= 16.0
+    assert coffee.query == "ground coffee" and coffee.bullet_points == ("Organic beans",)
+    assert tea.pricing == (100.0,) and tea.attributes == ("DUMMY_ATTR",)
+    (goal,) = load_goals(paths["human.json"], products)
+    # price_upper: the larger of two of the next four tens above the price (20..50)
+    assert goal.price_upper in (30.0, 40.0, 50.0)
+    assert goal.instruction == (
+        "i want organic ground coffee in vanilla bean flavor"
+        f", and price lower than {goal.price_upper:.2f} dollars"
+    )
+    env = make_task(
+        "webshop",
+        catalogue=str(paths["items.json"]),
+        instructions=str(paths["human.json"]),
+        attributes=str(paths["attrs.json"]),
+    )
+    assert check("webshop", env, "oracle").success_rate == 1.0
+
+
+@pytest.mark.skipif(
+    not AGENTBENCH_WEBSHOP.exists(),
+    reason=f"no AgentBench WebShop sample at {AGENTBENCH_WEBSHOP} (the shared set has none)",
+)
+def test_the_agentbench_sample_loads():
+    catalogue = AGENTBENCH_WEBSHOP / "items_shuffle.json"
+    instructions = AGENTBENCH_WEBSHOP / "items_human_ins.json"
+    env = make_task("webshop", catalogue=str(catalogue), instructions=str(instructions))
+    assert env.num_instances > 0
+
+
+def test_bad_data_names_the_item(tmp_path):
+    bad = tmp_path / "items.json"
+    bad.write_text(json.dumps([{"asin": "B1", "name": "ok"}, {"asin": "B2"}]))
+    with pytest.raises(CatalogueError, match=r"items.json item 1 \(asin B2\): bad product"):
+        load_catalogue(bad)
+    bad.write_text("[{")
+    with pytest.raises(CatalogueError, match=r"items.json: not JSON"):
+        load_catalogue(bad)
+    products = load_catalogue()
+    ins = tmp_path / "ins.json"
+    ins.write_text(json.dumps({"NOPE": [{"instruction": "x", "instruction_attributes": ["a"]}]}))
+    with pytest.raises(CatalogueError, match="asin NOPE, not in the catalogue"):
+        load_goals(ins, products)
+    asin = next(iter(products))
+    ins.write_text(json.dumps({asin: [{"instruction_attributes": ["a"]}]}))
+    with pytest.raises(CatalogueError, match=f"asin {asin} instruction 0: bad entry"):
+        load_goals(ins, products)
+    with pytest.raises(ValueError, match="num_instances is for server"):
+        make_task("webshop", num_instances=3)
+
+
+# --- a WebShop server over HTTP ------------------------------------------------------
+
+
+def test_the_http_adapter_plays_a_webshop_server(server):
+    env = make_task("webshop", server=server.url)
+    assert check("webshop", env, "oracle").success_rate == 1.0
+    assert server.requests > 30 * 4  # every page came over HTTP
+    goal = env.goal(2)
+    start = env.start(2)
+    assert "[SEP] Search" in start.messages[1].content
+    assert goal.instruction in start.messages[1].content
+    step = env.interact(start.session, _click("Next >"))
+    assert step.messages[0].content.startswith("Invalid action!")
+    env.interact(start.session, _search(goal.instruction))
+    step = env.interact(start.session, _click(goal.asin.lower()))
+    assert "[Buy Now]" in step.messages[0].content
+    step = env.interact(start.session, _click("Description"))
+    assert "[< Back to Item Page]" in step.messages[0].content
+    env.interact(start.session, _click("< Prev"))  # the app's "< Back to Item Page"
+    env.interact(start.session, _click(goal.options[0]))
+    step = env.interact(start.session, _click("buy now"))
+    # server-computed: the first option only -> (2 + 1 + 1) / (2 + n_options + 1)
+    expected = 4 / (3 + len(goal.options)) if len(goal.options) > 1 else 1.0
+    assert (step.status, step.reward) == (Status.COMPLETED, pytest.approx(expected))
+    assert step.metrics["env/purchased"] == 1.0 and "env/r_type" not in step.metrics
+
+
+def test_an_unreachable_server_is_an_infra_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nothing listens
+    env = make_task("webshop", server=f"http://127.0.0.1:{port}", timeout=2)
+    with pytest.raises(InfraError, match="webshop server"):
+        env.start(0)
+
+
+# --- the whole loop ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_webshop_task_through_the_whole_loop(tmp_path):
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    broker = f"memory://smoke-webshop-{uuid.uuid4().hex[:6]}"
+    raw = smoke_config(tmp_path, broker, "smoke-webshop", steps=1)
+    raw["tasks"] = {"webshop": {"options": {"max_turns": 2}}}
+    cfg = parse_config(raw)
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
+    lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
+    (metrics,) = [json.loads(line) for line in lines]
+    assert metrics["env/webshop/episodes"] == 4 and "env/webshop/reward" in metrics
