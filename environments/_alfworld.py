@@ -275,7 +275,10 @@ class AlfworldTask:
             return session.game.step(action)
         except Exception as exc:  # the game engine broke, not the model
             session.done = True
-            raise InfraError(f"alfworld: the game failed on {action!r}: {exc}") from exc
+            try:
+                session.game.close()
+            finally:
+                raise InfraError(f"alfworld: the game failed on {action!r}: {exc}") from exc
 
     def _end(
         self,

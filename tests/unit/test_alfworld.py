@@ -29,7 +29,7 @@ from agentrl.environments._alfworld_scene import (
 )
 from agentrl.environments._alfworld_world import NOTHING, World, list_phrase
 from agentrl.environments._check import check
-from agentrl.environments._protocol import SessionClosed, Status
+from agentrl.environments._protocol import InfraError, SessionClosed, Status
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
@@ -448,6 +448,8 @@ class _FakeTextWorldEnv:
         return state
 
     def step(self, command: str):
+        if command == "crash":
+            raise RuntimeError("the PDDL planner died")
         outcome = self.world.step(command)
         state = _FakeState(won=self.world.won())
         state.feedback = outcome.observation
@@ -512,6 +514,12 @@ def test_the_real_backend_plays_textworld_games(monkeypatch, tmp_path):
     assert step.messages[0].content == NOTHING and step.status == Status.RUNNING
     env.cancel(start.session)
     assert started[-1].closed
+    broken = env.start(0)
+    with pytest.raises(InfraError, match="the PDDL planner died"):
+        env.interact(broken.session, _act("crash"))
+    assert started[-1].closed
+    with pytest.raises(SessionClosed):
+        env.interact(broken.session, _act("look"))
     only = make_task("alfworld", backend="alfworld", data=str(data), task_types=["pick_two_obj"])
     assert only.num_instances == 2 and only.describe(0).startswith("[pick_two_obj] json_2.1.1/")
     (tmp_path / json.loads(data.read_text())["look_at_obj"][1]).unlink()
