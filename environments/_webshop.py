@@ -31,6 +31,9 @@ Options:
   says how many there are (default: the number of local instructions, which
   should then be the server's goals for ``describe`` and the oracle to hold).
 - ``max_turns`` (default 15), ``timeout`` (seconds per HTTP request, default 30).
+
+Sessions share only read-only data (products, goals, the search index); each
+holds its own site, so sessions in different threads need no lock.
 """
 
 from __future__ import annotations
