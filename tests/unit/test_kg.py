@@ -67,6 +67,17 @@ def test_cli_check(capsys):
     assert "task kg, agent oracle: 14/14 succeeded (1.000)" in capsys.readouterr().out
 
 
+def test_the_oracle_reports_a_wrong_gold_answer(tmp_path):
+    items = json.loads(BUILTIN.read_text())
+    items[0]["answer"] = [{"answer_argument": "m.0kp02", "entity_name": "Tomas Veyl"}]
+    data = tmp_path / "wrong.json"
+    data.write_text(json.dumps(items))
+    report = check("kg", make_task("kg", data=str(data)), "oracle")
+    assert report.successes == 13 and len(report.failures) == 1
+    assert report.failures[0].startswith("instance 0 kg_builtin_00 'who directed silver harbor?'")
+    assert "completed, reward 0" in report.failures[0]
+
+
 @pytest.mark.skipif(not AGENTBENCH_KG.exists(), reason=f"no AgentBench sample at {AGENTBENCH_KG}")
 def test_the_agentbench_sample_loads_and_every_gold_action_parses():
     items = load_items(AGENTBENCH_KG)  # raises ItemError naming the item otherwise
@@ -115,7 +126,7 @@ def test_variables_are_numbered_per_session_and_only_by_calls_that_make_one():
     # the other session of the same item has its own numbering
     shown = _do(env, other.session, "get_neighbors", variable="m.0kp12", relation="film.actor.film")
     assert shown.startswith("Variable #0, ")
-    assert _do(env, other.session, "count", variable="#3").startswith("Error:")
+    assert _do(env, other.session, "count", variable="#1").startswith("Error:")  # only #0 there
     step = env.interact(s, _say(("final_answer", {"variable": "#2"})))
     assert (step.status, step.reward, step.finish) == (Status.COMPLETED, 1.0, True)
     assert step.metrics["env/kg/errors"] == 1.0 and step.metrics["env/kg/variables"] == 4.0
@@ -326,6 +337,13 @@ def test_the_oracle_succeeds_through_a_sparql_endpoint(endpoint):
     env = make_task("kg", endpoint=endpoint)
     assert isinstance(env.backend, SPARQLBackend)
     assert check("kg", env, "oracle").success_rate == 1.0
+
+
+def test_cli_check_against_an_endpoint(endpoint, capsys):
+    # how the AgentBench sample runs, given a Freebase endpoint: --data dev.json --option ...
+    argv = ["check", "--task", "kg", "--option", f"endpoint={endpoint}", "--agent", "random"]
+    assert cli_env.main(argv) == 0
+    assert "task kg, agent random: 0/14 succeeded" in capsys.readouterr().out
 
 
 def test_sparql_and_rdflib_backends_agree(endpoint):
