@@ -7,7 +7,6 @@ import random
 import socket
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -31,8 +30,6 @@ from agentrl.environments._webshop_reward import (
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 from tests.unit.webshop_server import FakeWebShop
-
-AGENTBENCH_WEBSHOP = Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "webshop"
 
 
 def _say(*calls: tuple[str, dict]) -> ChatMessage:
@@ -357,17 +354,6 @@ def test_webshop_format_files_load(tmp_path):
         attributes=str(paths["attrs.json"]),
     )
     assert check("webshop", env, "oracle").success_rate == 1.0
-
-
-@pytest.mark.skipif(
-    not AGENTBENCH_WEBSHOP.exists(),
-    reason=f"no AgentBench WebShop sample at {AGENTBENCH_WEBSHOP} (the shared set has none)",
-)
-def test_the_agentbench_sample_loads():
-    catalogue = AGENTBENCH_WEBSHOP / "items_shuffle.json"
-    instructions = AGENTBENCH_WEBSHOP / "items_human_ins.json"
-    env = make_task("webshop", catalogue=str(catalogue), instructions=str(instructions))
-    assert env.num_instances > 0
 
 
 def test_bad_data_names_the_item(tmp_path):
