@@ -222,7 +222,8 @@ class KGTask:
             if call.name == "final_answer":
                 variable = args.get("variable") if args is not None else None
                 if not isinstance(variable, str | int) or isinstance(variable, bool):
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "bad arguments")
+                    why = "bad arguments"
+                    return self._end(session, Status.AGENT_INVALID_ACTION, why, replies)
                 answer = self._answer(session, str(variable))
                 if isinstance(answer, Step):
                     return answer
