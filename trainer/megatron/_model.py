@@ -182,6 +182,7 @@ def transformer_config(hf_config: Any, *, dtype: torch.dtype = torch.float32):
         hidden_dropout=0.0,
         attention_dropout=0.0,
         params_dtype=dtype,
+        pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),

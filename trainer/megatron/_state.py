@@ -46,6 +46,35 @@ def latest_state(root: str | Path, at_most: int | None = None) -> tuple[int, Pat
     return max(found) if found else None
 
 
+def _sync_strategy():
+    """``torch_dist`` saving without its async writer (which starts a multiprocessing
+    Manager and forks writer processes: not safe in the learner's threaded process).
+
+    Same on-disk format: torch.distributed.checkpoint with Megatron's save planner.
+    """
+    from megatron.core.dist_checkpointing.strategies.torch import (
+        MCoreSavePlanner,
+        TorchDistSaveShardedStrategy,
+        _replace_state_dict_keys_with_sharded_keys,
+        mcore_to_pyt_state_dict,
+    )
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint import save as dcp_save
+
+    class SyncTorchDistSave(TorchDistSaveShardedStrategy):
+        def save(self, sharded_state_dict, checkpoint_dir) -> None:
+            by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
+                sharded_state_dict, self.keep_only_main_replica
+            )
+            dcp_save(
+                mcore_to_pyt_state_dict(by_key, False),
+                storage_writer=FileSystemWriter(str(checkpoint_dir), thread_count=1),
+                planner=MCoreSavePlanner(flatten_state_dict=False),
+            )
+
+    return SyncTorchDistSave("torch_dist", 1, keep_only_main_replica=True)
+
+
 def _sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, loading: bool) -> dict:
     """The sharded state dict of model + optimizer (Megatron's FP32Optimizer recipe)."""
     from megatron.core.dist_checkpointing.optimizer import (
@@ -96,7 +125,7 @@ def save_state(
     dist.barrier()
     state = _sharded(model, optimizer, loading=False)
     state["version"] = version
-    dist_checkpointing.save(state, str(partial))
+    dist_checkpointing.save(state, str(partial), sharded_strategy=_sync_strategy())
     dist.barrier()
     if rank == 0:
         if final.exists():
