@@ -60,6 +60,10 @@ def test_built_in_set_oracle_succeeds_everywhere_and_random_almost_nowhere():
 def test_built_in_questions_cover_every_tool():
     used = {a.name for item in load_items() for a in item.actions}
     assert used == set(PARAMS)
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in make_task("kg").tools}
+    assert list(tools) == [*PARAMS, "final_answer"]
+    assert tools["get_neighbors"]["required"] == ["variable", "relation"]
+    assert tools["final_answer"]["required"] == ["variable"]
 
 
 def test_cli_check(capsys):
