@@ -12,34 +12,53 @@ eta = 0 is synchronous training: the next batch is issued only after the
 update that consumes the previous one.
 
 The controller also keeps the table of samplers from their heartbeats: the
-version each one serves, per pool (`samplers`, `pool_versions`).
+version each one serves, per pool (`samplers`, `pool_versions`), and the
+registry of environment workers (`EnvRegistry`, `env_workers`): every
+``reconcile_interval`` seconds it cancels orphan and idle sessions on their
+workers and tells rollouts which of their sessions are lost (`SessionsLost` on
+the control exchange, routing key ``lost.<rollout id>``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pykka
 import structlog
 
+from agentrl.environments._remote import worker_queue
 from agentrl.messages import (
     CheckpointQuery,
     CheckpointReady,
     Delivery,
+    EnvCancel,
     EpisodeRequest,
     Heartbeat,
     MetricsReport,
+    SessionReport,
+    SessionsLost,
     StatusQuery,
     Topology,
+    Unroutable,
     connect,
     encode,
 )
 
+from ._env_registry import EnvRegistry, RegistryTimes
 from ._mix import TaskMixer
-from ._wire import TopologySpec, declare, decode_or_dead_letter, forward_to, subscribe, wait_all
+from ._wire import (
+    TopologySpec,
+    broadcast_nowait,
+    declare,
+    decode_or_dead_letter,
+    forward_to,
+    subscribe,
+    wait_all,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +89,9 @@ class ControllerActor(pykka.ThreadingActor):
         max_staleness: int,
         initial: CheckpointReady,
         seed: int = 0,
+        env_times: RegistryTimes | None = None,
+        reconcile_interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="controller", actor="controller")
@@ -95,6 +117,10 @@ class ControllerActor(pykka.ThreadingActor):
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
         self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
         self._learner_metrics: dict[str, float] = {}
+        self._registry = EnvRegistry(env_times)
+        self._clock = clock
+        self._reconcile_every = reconcile_interval
+        self._ticker_stop = threading.Event()
         self._transport = None
 
     # --- lifecycle -------------------------------------------------------------------
@@ -116,11 +142,20 @@ class ControllerActor(pykka.ThreadingActor):
             forward_to(ref, "heartbeat"),
             routing_key="heartbeat.#",
         )
+        subscribe(
+            self._transport,
+            self._names.control,
+            forward_to(ref, "sessions"),
+            routing_key="sessions.*",
+            prefetch=64,
+        )
         self._transport.consume(self._names.control_rpc, forward_to(ref, "rpc"), prefetch=16)
+        threading.Thread(target=self._tick, name="controller-reconcile", daemon=True).start()
         self._log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
         self._admit()
 
     def on_stop(self) -> None:
+        self._ticker_stop.set()
         if self._transport is not None:
             self._transport.close()
 
@@ -139,6 +174,10 @@ class ControllerActor(pykka.ThreadingActor):
             self._on_rpc(delivery)
         elif kind == "heartbeat":
             self._on_heartbeat(delivery)
+        elif kind == "sessions":
+            self._on_sessions(delivery)
+        elif kind == "reconcile":
+            self.reconcile()
         else:
             raise ValueError(f"controller: unknown message {kind!r}")
 
@@ -186,6 +225,7 @@ class ControllerActor(pykka.ThreadingActor):
                 idle.append(beat.state["idle_ratio"])
         if idle:
             out["rollout/idle_ratio"] = sum(idle) / len(idle)
+        out.update(self._registry.status(self._clock()))
         for pool, versions in self.pool_versions().items():
             out[f"pool/{pool}/samplers"] = float(len(versions))
             out[f"pool/{pool}/version_min"] = float(min(versions))
@@ -198,6 +238,59 @@ class ControllerActor(pykka.ThreadingActor):
         for info in self.samplers().values():
             out.setdefault(info["pool"], []).append(info["version"])
         return {pool: sorted(versions) for pool, versions in out.items()}
+
+    # --- environment workers -----------------------------------------------------------
+
+    def env_workers(self) -> dict[str, dict]:
+        """Env worker id -> state, task, capacity, live sessions (count, ids), first/last seen."""
+        return self._registry.workers(self._clock())
+
+    def reconcile(self) -> dict[str, int]:
+        """One reconciliation pass (see `EnvRegistry`); returns what it sent, for tests."""
+        decisions = self._registry.reconcile(self._clock())
+        run = self._spec.run
+        sent = [
+            (
+                wid,
+                self._transport.publish("", worker_queue(run, wid), encode(EnvCancel(s), run=run)),
+            )
+            for wid, sids in decisions.cancels.items()
+            for s in sids
+        ]
+        for wid, future in sent:
+            try:
+                future.result(10)
+            except Unroutable:  # its queue is gone with it: nothing left to cancel
+                self._log.info("cancel not delivered: worker gone", worker=wid)
+        for rid, lost in decisions.lost.items():
+            notice = SessionsLost(rid, [sid for sid, _ in lost], [why for _, why in lost])
+            self._log.warning(
+                "sessions lost",
+                rollout=rid,
+                sessions=len(lost),
+                reasons=sorted({w for _, w in lost}),
+            )
+            broadcast_nowait(
+                self._transport, self._names.control, f"lost.{rid}", encode(notice, run=run)
+            )
+        return {
+            "cancels": sum(map(len, decisions.cancels.values())),
+            "lost": sum(map(len, decisions.lost.values())),
+        }
+
+    def _on_sessions(self, delivery: Delivery) -> None:
+        msg = decode_or_dead_letter(delivery, SessionReport)
+        if msg is None:
+            return
+        self._registry.observe(msg.payload, self._clock())
+        delivery.ack()
+
+    def _tick(self) -> None:
+        while not self._ticker_stop.wait(self._reconcile_every):
+            try:
+                self.actor_ref.tell(("reconcile", None))
+            except pykka.ActorDeadError:
+                return
 
     def _on_heartbeat(self, delivery: Delivery) -> None:
         msg = decode_or_dead_letter(delivery, Heartbeat)

@@ -59,6 +59,7 @@ from agentrl.messages import (
 from agentrl.trainer import episode_reward
 
 from ._heartbeat import HeartbeatSender
+from ._session_report import RolloutSessions
 from ._wire import TopologySpec, declare, decode_or_dead_letter
 
 log = structlog.get_logger(__name__)
@@ -138,6 +139,7 @@ class RolloutActor(pykka.ThreadingActor):
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
         self._heartbeat: HeartbeatSender | None = None
+        self._sessions: RolloutSessions | None = None
 
     def on_start(self) -> None:
         self._transport = connect(self._broker, name=f"{self._spec.run}-{self._id}")
@@ -164,12 +166,23 @@ class RolloutActor(pykka.ThreadingActor):
             },
         )
         self._heartbeat.start()
+        self._sessions = RolloutSessions(
+            self._transport,
+            self._spec.run,
+            rollout_id=self._id,
+            concurrency=self._concurrency,
+            envs={t: self._envs[t] for t in self._remote},
+            interval=self._interval,
+        )
+        self._sessions.start()
         self._log.info("rollout started", concurrency=self._concurrency)
 
     def on_stop(self) -> None:
         self._stopping.set()
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self._sessions is not None:
+            self._sessions.stop()
         if self._consumer is not None:
             self._consumer.cancel()
         if self._executor is not None:
@@ -182,7 +195,9 @@ class RolloutActor(pykka.ThreadingActor):
 
     def stats(self) -> dict[str, int]:
         with self._counts_lock:
-            return dict(self._counts)
+            counts = dict(self._counts)
+        lost = self._sessions.aborted if self._sessions is not None else 0
+        return {**counts, "sessions_lost": lost}
 
     # --- I/O thread: hand the delivery to a worker ---------------------------------------
 
@@ -276,7 +291,10 @@ class RolloutActor(pykka.ThreadingActor):
         """Drive one episode to its end and build its trajectory."""
         env, lim, fmt = self._envs[req.task], self._limits, self._fmt
         t0 = time.monotonic()
-        start = env.start(req.index)
+        if isinstance(env, RemoteEnvironment):  # its session is reported with the episode id
+            start = env.start(req.index, episode=req.episode_id)
+        else:
+            start = env.start(req.index)
         history = list(start.messages)
         ids = list(fmt.prompt_ids(history, env.tools))
         mask, logps, versions, pools = [0] * len(ids), [0.0] * len(ids), [-1] * len(ids), []

@@ -35,6 +35,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,7 @@ class EnvWorker:
         idle_timeout: float = 600.0,
         orphan_timeout: float = 30.0,
         heartbeat_interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -99,6 +101,7 @@ class EnvWorker:
         self._orphan = min(orphan_timeout, idle_timeout)
         self._pool = ThreadPoolExecutor(capacity, thread_name_prefix=f"env-{task}")
         self._interval = heartbeat_interval
+        self._clock = clock  # session idle times (a test may pass a fake clock)
         self._lock = threading.Lock()
         self._sessions: dict[str, _Held] = {}
         self._stopping = threading.Event()
@@ -151,7 +154,7 @@ class EnvWorker:
             return
         limit = self._orphan if delivery.redelivered else self._idle
         with self._lock:
-            self._sessions[req.session_id] = _Held(start.session, delivery, time.monotonic(), limit)
+            self._sessions[req.session_id] = _Held(start.session, delivery, self._clock(), limit)
         self._reply(delivery, req.session_id, start.messages, Status.RUNNING, finish=False)
 
     def _on_session_message(self, delivery: Delivery) -> None:
@@ -164,7 +167,7 @@ class EnvWorker:
         with self._lock:
             held = self._sessions.get(sid)
             if held is not None:
-                held.last_used = time.monotonic()
+                held.last_used = self._clock()
         if isinstance(msg.payload, EnvCancel) or held is None:
             if held is not None:
                 self._end(sid, cancel=True)
@@ -221,7 +224,7 @@ class EnvWorker:
     def _housekeeping(self) -> None:
         """Heartbeats and idle-session expiry."""
         while not self._stopping.wait(min(self._interval, self._orphan / 2)):
-            now = time.monotonic()
+            now = self._clock()
             with self._lock:
                 idle = [
                     sid for sid, h in self._sessions.items() if now - h.last_used > h.idle_limit
@@ -247,7 +250,7 @@ class EnvWorker:
 
     def report(self) -> SessionReport:
         """The sessions held now, for the controller's registry."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             held = [(sid, now - h.last_used) for sid, h in self._sessions.items()]
         return SessionReport(
