@@ -337,6 +337,7 @@ def format_controller(values: dict[str, float] | None) -> str:
     ]
     if idle:
         lines.append("idle ratio: " + ", ".join(idle))
+    lines.extend(_env_workers(values))
     tasks = sorted({k.split("/")[1] for k in values if k.startswith("env/")})
     rate = values.get("rollout/episodes_per_s")
     for task in tasks:
@@ -350,3 +351,38 @@ def format_controller(values: dict[str, float] | None) -> str:
         )
         lines.append(f"task {task}: reward {reward:+.2f}, success {success:.2f}{share}")
     return "\n".join(lines)
+
+
+_WORKER_STATES = {0: "alive", 1: "unresponsive", 2: "dead"}
+
+
+def _env_workers(values: dict[str, float]) -> list[str]:
+    """Lines for the env worker registry (`env_workers/`, `env_worker/`, `env_sessions/` rows)."""
+    if "env_workers/alive" not in values:
+        return []
+    counts = ", ".join(
+        f"{int(values.get(f'env_workers/{s}', 0))} {s}" for s in ("alive", "unresponsive", "dead")
+    )
+    sessions = {
+        k.split("/", 1)[1]: int(v) for k, v in values.items() if k.startswith("env_sessions/")
+    }
+    lines = [
+        f"env workers: {counts}; sessions {sessions.get('live', 0)} live, "
+        f"{sessions.get('claimed', 0)} held by rollouts, "
+        f"{sessions.get('orphans_cancelled', 0)} orphans cancelled, "
+        f"{sessions.get('lost', 0)} lost, {sessions.get('idle_expired', 0)} idle expired"
+    ]
+    workers = sorted(
+        {tuple(k.split("/")[1:3]) for k in values if k.startswith("env_worker/")},
+        key=lambda tw: (tw[0], tw[1]),
+    )
+    for task, wid in workers:
+        row = f"env_worker/{task}/{wid}"
+        state = _WORKER_STATES.get(int(values.get(f"{row}/state", -1)), "?")
+        lines.append(
+            f"  worker {wid} ({task}): {state}, "
+            f"{int(values.get(f'{row}/sessions', 0))}/{int(values.get(f'{row}/capacity', 0))} "
+            f"sessions, last report {values.get(f'{row}/age', float('nan')):.1f} s ago, "
+            f"up {values.get(f'{row}/up_for', float('nan')):.0f} s"
+        )
+    return lines

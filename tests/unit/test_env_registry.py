@@ -376,3 +376,17 @@ def test_a_dead_workers_episodes_are_retried_and_finished_on_another_worker(
     view = ctl.env_workers().get()
     assert view["doomed"]["state"] == "dead"
     assert ctl.status().get()["env_sessions/workers_died"] == 1.0
+
+
+def test_supervisor_status_prints_the_registry():
+    from agentrl.ops._status import format_controller
+
+    reg = EnvRegistry(TIMES)
+    reg.observe(env_report("w1", {"a": 0.0, "b": 0.0}), now=0.0)
+    reg.observe(env_report("w2", {"c": 0.0}), now=-20.0)
+    reg.reconcile(1.0)
+    text = format_controller({"controller/version": 1.0, **reg.status(1.0)})
+    assert "env workers: 1 alive, 0 unresponsive, 1 dead; sessions 2 live" in text
+    assert "worker w1 (calculator): alive, 2/4 sessions, last report 1.0 s ago" in text
+    assert "worker w2 (calculator): dead, 1/4 sessions" in text
+    assert "task " not in text  # registry rows are not mistaken for per-task figures
