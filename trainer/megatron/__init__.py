@@ -6,6 +6,7 @@ functions that need it (install the ``megatron`` extra). See docs/megatron.md.
 
 from ._compat import ensure_cpu_compat
 from ._convert import gather_hf_state, hf_to_megatron, load_hf_into, megatron_to_hf
+from ._learner import MegatronLearner
 from ._model import (
     UnsupportedModelError,
     build_gpt_model,
@@ -17,6 +18,7 @@ from ._model import (
 )
 
 __all__ = [
+    "MegatronLearner",
     "UnsupportedModelError",
     "build_gpt_model",
     "destroy_parallel",

@@ -170,24 +170,29 @@ def _patch_embedding_sync() -> None:
     LanguageModule.setup_embeddings_and_output_layer = setup_embeddings_and_output_layer
 
 
-def _patch_clip_grads() -> None:
-    from megatron.core.optimizer import clip_grads, optimizer
-
-    def clip_grad_by_total_norm_fp32(
-        parameters, max_norm, total_norm, use_decoupled_grad: bool = False
-    ) -> None:
-        """Scale float32 CPU grads in place so their total norm is at most ``max_norm``."""
-        if isinstance(parameters, torch.Tensor):
-            parameters = [parameters]
-        attr = "decoupled_grad" if use_decoupled_grad else "grad"
-        grads = [getattr(p, attr) for p in parameters if getattr(p, attr, None) is not None]
-        clip_coeff = max_norm / (total_norm + 1.0e-6)
-        if clip_coeff < 1.0:
-            for grad in grads:
+def _cpu_clip_grad_by_total_norm_fp32(
+    parameters, max_norm, total_norm, use_decoupled_grad=False
+) -> None:
+    """Scale float32 CPU grads in place so their total norm is at most ``max_norm``."""
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    attr = "decoupled_grad" if use_decoupled_grad else "grad"
+    clip_coeff = max_norm / (total_norm + 1.0e-6)
+    if clip_coeff < 1.0:
+        for param in parameters:
+            grad = getattr(param, attr, None)
+            if grad is not None:
                 grad.detach().mul_(clip_coeff)
 
-    clip_grads.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
-    optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
+
+def _patch_clip_grads() -> None:
+    from megatron.core.optimizer import clip_grads
+
+    # The code object is swapped rather than the module attribute, so that callers who
+    # imported the function by name (megatron.core.optimizer.optimizer, or a learner that
+    # imported it before this shim ran) get the CPU version too. The signature is the same;
+    # the body only needs `torch`, which the clip_grads module has.
+    clip_grads.clip_grad_by_total_norm_fp32.__code__ = _cpu_clip_grad_by_total_norm_fp32.__code__
 
 
 def ensure_cpu_compat() -> None:

@@ -8,8 +8,6 @@ import torch
 from agentrl.trainer.megatron import (
     UnsupportedModelError,
     build_gpt_model,
-    destroy_parallel,
-    init_parallel,
     load_hf_into,
     mask_padded_logits,
     transformer_config,
@@ -17,14 +15,6 @@ from agentrl.trainer.megatron import (
 
 from .tiny import MODELS, VOCAB, hf_logits, hf_state, input_ids
 from .workers import forward
-
-
-@pytest.fixture(scope="module")
-def parallel():
-    """A single-process group (gloo on CPU) with TP=1, PP=1 for this module's tests."""
-    init_parallel(1, 1, seed=3)
-    yield
-    destroy_parallel()
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
