@@ -9,7 +9,7 @@ import pytest
 import torch
 
 # Imported by name before the shim runs, as a learner module might.
-from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
+from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32, get_grad_norm_fp32
 
 from agentrl.trainer.megatron import build_gpt_model, ensure_cpu_compat, load_hf_into
 
@@ -55,10 +55,10 @@ def test_rng_tracker_forks_the_cpu_generator(parallel):
     assert not torch.equal(torch.rand(4), inside)
 
 
-def test_clip_grads_on_cpu():
-    ensure_cpu_compat()
+def test_grad_norm_and_clip_on_cpu(parallel):
     param = torch.nn.Parameter(torch.zeros(2))
     param.grad = torch.tensor([3.0, 4.0])
+    assert get_grad_norm_fp32([param.grad]) == pytest.approx(5.0)  # sqrt(3^2 + 4^2)
     clip_grad_by_total_norm_fp32([param], max_norm=1.0, total_norm=5.0)
     # coefficient 1 / (5 + 1e-6): [3, 4] -> [0.6, 0.8]
     torch.testing.assert_close(param.grad, torch.tensor([0.6, 0.8]))
