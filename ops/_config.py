@@ -53,6 +53,11 @@ class TaskConfig:
     """Environment workers of a remote task that the `env` role starts on a node."""
     capacity: int = 8
     """Sessions one environment worker holds at once."""
+    container: bool = False
+    """Run this remote task's workers as containers (docker SDK: Docker or podman, see
+    docs/containers.md) instead of inside the `env` role's process."""
+    image: str | None = None
+    """Image of the worker containers; None = agentrl/env-worker."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,12 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         for key in ("workers", "capacity"):
             if getattr(task, key) < 1:
                 problems.append(f"tasks.{name}.{key}: must be >= 1")
+        if task.container and not task.remote:
+            problems.append(f"tasks.{name}.container: needs remote: true (workers over the broker)")
+        if task.container and cfg.broker.startswith("memory://"):
+            problems.append(f"tasks.{name}.container: a container cannot reach a memory:// broker")
+        if task.image is not None and not task.container:
+            problems.append(f"tasks.{name}.image: only used with container: true")
     if not cfg.pools:
         problems.append("pools: at least one sampler pool is required")
     for name, pool in cfg.pools.items():

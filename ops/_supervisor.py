@@ -38,6 +38,7 @@ from agentrl.actors import (
 )
 from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
+from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
 from agentrl.environments._worker import EnvWorker
 from agentrl.messages import (
     BrokerRefused,
@@ -131,6 +132,7 @@ class Supervisor:
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
         self._workers: list[EnvWorker] = []
+        self._containers: EnvWorkerContainers | None = None
         self._metrics_lock = threading.Lock()
         self.last_metrics: dict[str, float] = {}
 
@@ -182,6 +184,20 @@ class Supervisor:
         )
         if latest is None and {"controller", "learner"} <= set(self.roles):
             self._clear_leftovers()
+        if "env" in self.roles and any(t.container for t in cfg.tasks.values()):
+            # before any rollout: its first episodes find the workers serving
+            self._containers = EnvWorkerContainers(  # removes a crashed run's leftovers
+                cfg.run, cfg.broker, node=self.node, log_dir=cfg.run_dir / "logs"
+            )
+            for name, t in cfg.tasks.items():
+                if t.container:
+                    self._containers.start(
+                        name,
+                        workers=t.workers,
+                        capacity=t.capacity,
+                        options=t.options,
+                        image=t.image or ENV_WORKER_IMAGE,
+                    )
         if "learner" in self.roles:
             self._spawn(
                 "learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer)
@@ -261,7 +277,7 @@ class Supervisor:
         declare(status, spec)  # the control exchange may not exist yet (idempotent)
         if "env" in self.roles:
             for name, t in cfg.tasks.items():
-                if not t.remote:
+                if not t.remote or t.container:
                     continue
                 for i in range(t.workers):
                     self._workers.append(
@@ -404,6 +420,9 @@ class Supervisor:
     def _stop_workers(self) -> None:
         while self._workers:
             self._workers.pop().close()
+        if self._containers is not None:
+            self._containers, containers = None, self._containers
+            containers.close()
 
     def _spawn(self, name: str, cls, **kwargs) -> None:
         ref = cls.start(**kwargs)
