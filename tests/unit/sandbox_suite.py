@@ -1,0 +1,110 @@
+"""Isolation checks every sandbox backend must pass (bwrap in unit, docker in integration).
+
+Each check takes ``opener``: a function opening a fresh sandbox with small
+limits (128 MiB, 64 processes); the caller's fixture closes what it opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from agentrl.environments._sandbox import Limits, Sandbox
+
+SMALL = Limits(memory_mb=128, pids=64)
+Opener = Callable[[], Sandbox]
+
+_CONNECT = (
+    "import socket, sys\n"
+    "try:\n"
+    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
+    "except OSError as exc:\n"
+    "    print('refused:', exc); sys.exit(1)\n"
+    "print('connected')\n"
+)
+
+
+def _digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def writes_stay_inside(opener: Opener) -> None:
+    marker = f"agentrl-escape-{uuid.uuid4().hex[:8]}"
+    passwd = _digest("/etc/passwd")
+    box = opener()
+    script = (
+        f"echo x > /tmp/{marker} && echo x > /root/{marker} && "
+        f"echo 'evil:x:0:0::/:/bin/sh' >> /etc/passwd && useradd {marker[-8:]}u && "
+        f"cat /tmp/{marker} /root/{marker} && grep -c evil /etc/passwd"
+    )
+    result = box.run(script, 10)
+    assert result.exit_code == 0, result
+    assert result.output.split() == ["x", "x", "1"]
+    # the system folders outside the private ones refuse writes
+    assert box.run(f"echo x > /usr/bin/{marker}", 5).exit_code != 0
+    assert box.run(f"echo x > /usr/lib/{marker}", 5).exit_code != 0
+    assert not Path(f"/tmp/{marker}").exists() and not Path(f"/root/{marker}").exists()
+    assert not Path(f"/usr/bin/{marker}").exists()
+    assert _digest("/etc/passwd") == passwd  # the host's users are untouched
+
+
+def no_network(opener: Opener) -> None:
+    box = opener()
+    for host, port in (("127.0.0.1", 5672), ("1.1.1.1", 53), ("10.0.2.2", 80)):
+        result = box.exec(["python3", "-c", _CONNECT, host, str(port)], 10)
+        assert result.exit_code == 1 and "refused:" in result.output, (host, result)
+
+
+def host_broker_answers() -> bool:
+    """True when the host's RabbitMQ listens (so the sandbox's refusal means isolation)."""
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def runaway_is_killed(opener: Opener) -> None:
+    box = opener()
+    began = time.monotonic()
+    result = box.run("echo started; sleep 61; echo never", 1.0)
+    assert result.timed_out and result.output == "started\n", result
+    assert time.monotonic() - began < 5
+    # its children died with it, and the sandbox still answers
+    after = box.run("pgrep -f 'sleep 6[1]' || echo none", 5)
+    assert after.output.strip() == "none", after
+    # a job left in the background neither holds the call nor dies with it
+    began = time.monotonic()
+    assert box.run("sleep 300 & echo bg", 5).output == "bg\n"
+    assert time.monotonic() - began < 3
+    assert box.run("pgrep -cf 'sleep 30[0]'", 5).output.strip() == "1"
+
+
+def bombs_are_contained(opener: Opener) -> None:
+    box = opener()
+    hog = box.exec(["python3", "-c", "x = bytearray(400 * 2**20); print('allocated')"], 10)
+    assert hog.exit_code != 0 and "allocated" not in hog.output, hog
+    bomb = box.run("bomb() { bomb | bomb & }; bomb; sleep 2", 3)
+    assert bomb.timed_out or bomb.exit_code != 0
+    # the limit held (the host and this test still run) and the sandbox recovers
+    assert box.run("echo alive", 10).output == "alive\n"
+    count = box.run("ls /proc | grep -c '^[0-9]'", 10)
+    assert int(count.output) <= SMALL.pids
+
+
+def sessions_are_apart(opener: Opener) -> None:
+    first, second = opener(), opener()
+    assert first.run("echo one > /root/mine; sleep 300 &", 5).exit_code == 0
+    seen = second.run("cat /root/mine 2>&1; pgrep -cf 'sleep 30[0]'", 5).output
+    assert "No such file" in seen and seen.split()[-1] == "0", seen
+    assert first.run("cat /root/mine; pgrep -cf 'sleep 30[0]'", 5).output == "one\n1\n"
+
+
+def output_is_capped(opener: Opener) -> None:
+    box = opener()
+    result = box.run("head -c 1000000 /dev/zero | tr '\\0' a", 10)
+    assert result.exit_code == 0 and len(result.output) == SMALL.output_bytes

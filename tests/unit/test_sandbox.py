@@ -1,0 +1,115 @@
+"""The bwrap sandbox of the os task: isolation, limits, cleanup (the docker backend's
+twin is tests/integration/test_os_containers.py; both run tests/unit/sandbox_suite.py).
+
+Needs bubblewrap (``apt-get install bubblewrap``) and root; skips without them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agentrl.environments._sandbox import (
+    RunResult,
+    SandboxError,
+    choose_backend,
+    docker_available,
+    open_sandbox,
+)
+from tests.unit import sandbox_suite as suite
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None or os.geteuid() != 0,
+    reason="the bwrap sandbox needs bubblewrap installed (apt-get install bubblewrap) and root",
+)
+
+
+@pytest.fixture
+def opener():
+    opened = []
+
+    def open_one():
+        box = open_sandbox("bwrap", limits=suite.SMALL, label="test")
+        opened.append(box)
+        return box
+
+    yield open_one
+    for box in opened:
+        box.close()
+
+
+def test_writes_stay_inside_the_sandbox(opener):
+    suite.writes_stay_inside(opener)
+
+
+def test_no_network_not_even_the_hosts_broker(opener):
+    suite.no_network(opener)
+
+
+def test_a_runaway_command_is_killed_at_the_time_limit(opener):
+    suite.runaway_is_killed(opener)
+
+
+def test_fork_bomb_and_memory_hog_are_contained(opener):
+    suite.bombs_are_contained(opener)
+
+
+def test_two_sessions_do_not_see_each_other(opener):
+    suite.sessions_are_apart(opener)
+
+
+def test_output_is_capped(opener):
+    suite.output_is_capped(opener)
+
+
+def test_close_kills_every_process_and_removes_the_files():
+    box = open_sandbox("bwrap", limits=suite.SMALL, label="close")
+    tag = uuid.uuid4().hex[:8]
+    box.start_background(f"exec -a agentrl-bg-{tag} sleep 600")
+    assert box.run("echo x > /root/f", 5).exit_code == 0
+    init, files = box.init_pid, box._dir
+    assert Path(f"/proc/{init}").exists() and files.exists()
+    assert _host_pids(f"agentrl-bg-{tag}"), "the background process runs before close"
+    box.close()
+    box.close()  # idempotent
+    deadline = time.monotonic() + 5
+    while _host_pids(f"agentrl-bg-{tag}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _host_pids(f"agentrl-bg-{tag}") and not Path(f"/proc/{init}").exists()
+    assert not files.exists()
+    with pytest.raises(SandboxError):
+        box.run("true", 1)
+
+
+def test_exec_passes_arguments_verbatim(opener):
+    box = opener()
+    result = box.exec(["python3", "-c", "import sys; print(sys.argv[1:])", "a b", "$HOME", ""], 5)
+    assert result == RunResult(0, "['a b', '$HOME', '']\n", False)
+
+
+def test_default_backend_is_bwrap_when_no_engine_answers(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/agentrl.sock")
+    docker_available.cache_clear()
+    try:
+        assert choose_backend() == "bwrap"
+    finally:
+        docker_available.cache_clear()
+    with pytest.raises(ValueError, match="sandbox must be one of"):
+        open_sandbox("chroot")
+
+
+def _host_pids(needle: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
