@@ -73,6 +73,9 @@ class MegatronSpec:
     seed: int = 0
     version: int = 0
     """Policy version of the weights in ``model_dir``."""
+    reference_dir: str | None = None
+    """HF model of the frozen KL reference (the run's initial policy, also after a resume);
+    None = ``model_dir``."""
     state_dir: str | None = None
     """Root of the resumable states (``runs/<run>/learner_state``); None = none written."""
     state_every: int = 1

@@ -97,6 +97,8 @@ class RankTrainer:
         self.model.train()
         reference = None
         if spec.kl_coef > 0:
+            if spec.reference_dir is not None and Path(spec.reference_dir) != self.model_dir:
+                hf_state = read_hf_state(Path(spec.reference_dir))
             reference = build_gpt_model(self.hf_config, dtype=dtype)
             load_hf_into(reference, hf_state, self.hf_config)
             reference.eval().requires_grad_(False)
@@ -226,6 +228,7 @@ class MegatronLearner:
         dtype: str = "float32",
         seed: int = 0,
         version: int = 0,
+        reference_dir: str | Path | None = None,
         state_dir: str | Path | None = None,
         state_every: int = 1,
         keep_states: int = 2,
@@ -255,6 +258,7 @@ class MegatronLearner:
             dtype=dtype,
             seed=seed,
             version=version,
+            reference_dir=None if reference_dir is None else str(reference_dir),
             state_dir=None if state_dir is None else str(state_dir),
             state_every=state_every,
             keep_states=keep_states,
