@@ -19,6 +19,7 @@ import yaml
 __all__ = [
     "ConfigError",
     "LearnerConfig",
+    "MegatronConfig",
     "PoolConfig",
     "RolloutConfig",
     "RunConfig",
@@ -115,9 +116,32 @@ class StalenessConfig:
 
 
 @dataclass(frozen=True)
+class MegatronConfig:
+    """Layout and resumable state of the `megatron` learner backend (docs/megatron.md)."""
+
+    tp: int = 1
+    """Tensor-parallel size."""
+    pp: int = 1
+    """Pipeline-parallel size (the model's layers must split evenly)."""
+    dp: int = 1
+    """Data-parallel size; the learner runs world = tp * pp * dp processes on its node."""
+    state_every: int = 1
+    """Write the resumable model + optimizer state (runs/<run>/learner_state) every N updates."""
+    keep_states: int = 2
+    """Learner states kept on disk; 0 keeps all."""
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
 class LearnerConfig:
     backend: str = "torch"
-    """`torch` (single process, CPU or one GPU)."""
+    """`torch` (single process, CPU or one GPU) or `megatron` (megatron-core, TP x PP x DP
+    processes; see `megatron`)."""
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Settings of the `megatron` backend."""
     lr: float = 1e-5
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -347,8 +371,14 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("staleness.max: must be >= 0")
     if s.hard < s.max:
         problems.append("staleness.hard: must be >= staleness.max")
-    if ln.backend != "torch":
-        problems.append(f"learner.backend: {ln.backend!r} is not available (known: torch)")
+    if ln.backend not in ("torch", "megatron"):
+        known = "torch, megatron"
+        problems.append(f"learner.backend: {ln.backend!r} is not available (known: {known})")
+    for key in ("tp", "pp", "dp", "state_every"):
+        if getattr(ln.megatron, key) < 1:
+            problems.append(f"learner.megatron.{key}: must be >= 1")
+    if ln.megatron.keep_states < 0:
+        problems.append("learner.megatron.keep_states: must be >= 0 (0 keeps all)")
     if ln.lr <= 0:
         problems.append("learner.lr: must be > 0")
     if ln.dtype not in ("float32", "bfloat16", "float16"):

@@ -128,7 +128,10 @@ class Supervisor:
         self.roles = roles
         self.node = node or socket.gethostname()
         self._make_engine = make_engine
-        self._make_backend = make_backend or self._torch_backend
+        self._make_backend = make_backend or (
+            self._megatron_backend if cfg.learner.backend == "megatron" else self._torch_backend
+        )
+        self._backend: LearnerBackend | None = None  # the megatron one, closed in stop()
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
         self._workers: list[EnvWorker] = []
@@ -394,6 +397,36 @@ class Supervisor:
             version=version,
         )
 
+    def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:
+        """MegatronLearner: rank 0 here, the other TP x PP x DP ranks as worker processes."""
+        from agentrl.trainer.megatron import MegatronLearner
+
+        cfg, ln = self.cfg, self.cfg.learner
+        self._backend = MegatronLearner(
+            weights,
+            tp=ln.megatron.tp,
+            pp=ln.megatron.pp,
+            dp=ln.megatron.dp,
+            lr=ln.lr,
+            weight_decay=ln.weight_decay,
+            grad_clip=ln.grad_clip,
+            temperature=cfg.rollout.temperature,
+            clip_low=ln.clip_low,
+            clip_high=ln.clip_high,
+            dual_clip=ln.dual_clip,
+            kl_coef=ln.kl_coef,
+            micro_batch_tokens=ln.micro_batch_tokens,
+            dtype=ln.dtype,
+            seed=cfg.seed,
+            version=version,
+            reference_dir=resolve_model(cfg.model),
+            state_dir=cfg.run_dir / "learner_state",
+            state_every=ln.megatron.state_every,
+            keep_states=ln.megatron.keep_states,
+            threads=self._torch_threads(),
+        )
+        return self._backend
+
     def _torch_engine(
         self, weights: Path, version: int, max_batch: int, *, prefix_cache_tokens: int
     ) -> SamplerEngine:
@@ -456,6 +489,9 @@ class Supervisor:
                 self._stop_workers()  # after the rollouts that use them
         self._refs.clear()
         self._stop_workers()
+        if self._backend is not None:  # after the learner actor: no step is running
+            self._backend, backend = None, self._backend
+            backend.close()
         progress = getattr(self, "_progress", None)
         if progress is not None:
             progress.close()
@@ -463,13 +499,15 @@ class Supervisor:
 
 
 def node_torch_threads(cfg: RunConfig, roles: tuple[str, ...]) -> int:
-    """Intra-op threads per compute process: this node's cores / (engines + learner).
+    """Intra-op threads per compute process: this node's cores / (engines + learner ranks).
 
     torch's default (every core in every process) oversubscribes the cores as soon
     as an engine and the learner share a node, and each then runs several times slower.
     """
     engines = sum(p.replicas for p in cfg.pools.values()) if "sampler" in roles else 0
-    compute = engines + (1 if "learner" in roles else 0)
+    ln = cfg.learner
+    learners = ln.megatron.world if ln.backend == "megatron" else 1
+    compute = engines + (learners if "learner" in roles else 0)
     return max(1, (os.cpu_count() or 1) // max(compute, 1))
 
 
