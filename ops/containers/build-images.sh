@@ -23,6 +23,7 @@ MIRROR="${AGENTRL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 WORK="${AGENTRL_CI_CACHE:-$HOME/.cache/agentrl-ci}/containers"
 PYTHON="${PYTHON:-python3}"  # makes the build venv
 mkdir -p "$WORK"
+exec 9>"$WORK/.lock" && flock 9  # one build at a time (CI and a developer may overlap)
 
 say() { echo "build-images: $*" >&2; }
 sha() { sha256sum | cut -c1-16; }
@@ -52,7 +53,8 @@ build_base() {
     say "importing agentrl/base"
     tar -C "$rootfs" --numeric-owner -c . | "$ENGINE" import \
         --change 'CMD ["/bin/bash"]' --change 'ENV LANG=C.UTF-8' \
-        --change "LABEL agentrl.hash=$want" - agentrl/base >/dev/null
+        --change "LABEL agentrl.hash=$want" - agentrl/base >"$WORK/import.log" 2>&1 \
+        || { cat "$WORK/import.log" >&2; exit 1; }
     rm -rf "$rootfs"
 }
 
@@ -128,5 +130,5 @@ build_base
 for dockerfile in "$SPECS"/*.Dockerfile; do
     [ -e "$dockerfile" ] && build_image "$dockerfile"
 done
-# Layers of images replaced by a rebuild are unused now.
-"$ENGINE" image prune -f >/dev/null
+# Our images replaced by a rebuild are untagged and unused now (other images are left alone).
+"$ENGINE" image prune -f --filter label=agentrl.hash >/dev/null
