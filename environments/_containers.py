@@ -107,7 +107,7 @@ def start_env_worker_container(
 
     client = client or docker_client()
     worker_id = worker_id or f"{task}-{os.urandom(3).hex()}"
-    argv = ["--task", task, "--broker", broker_url, "--run", run,
+    argv = ["--task", task, "--run", run,
             "--capacity", str(capacity), "--worker-id", worker_id]  # fmt: skip
     for key, value in (options or {}).items():
         argv += ["--option", f"{key}={json.dumps(value)}"]  # JSON is YAML
@@ -119,7 +119,9 @@ def start_env_worker_container(
             detach=True,
             network_mode="host",
             labels={**_labels(run, task=task, role="env", worker=worker_id), **(labels or {})},
-            environment={"PYTHONUNBUFFERED": "1"},
+            # the URL (with its password) goes in the environment, not on the command
+            # line, where `ps` on the host would show it to every user
+            environment={"PYTHONUNBUFFERED": "1", "AGENTRL_BROKER_URL": broker_url},
         )
     except docker.errors.ImageNotFound as exc:
         raise ContainerError(

@@ -43,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name")
-    parser.add_argument("--broker", required=True, help="broker URL (amqp://..., or @FILE)")
+    parser.add_argument(
+        "--broker",
+        help="broker URL (amqp://...), or @FILE; default: $AGENTRL_BROKER_URL",
+    )
     parser.add_argument("--run", required=True, help="the run's name")
     parser.add_argument("--capacity", type=int, default=8, help="sessions held at once")
     parser.add_argument("--worker-id", help="default: <host>-<random>")
@@ -78,9 +81,17 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     if options is None:
         return 2
     try:
+        broker = read_broker(args.broker)
+    except ValueError as exc:
+        print(f"agentrl-env: {exc}", file=sys.stderr)
+        return 2
+    if broker is None:
+        print("agentrl-env: no broker: give --broker or set $AGENTRL_BROKER_URL", file=sys.stderr)
+        return 2
+    try:
         worker = EnvWorker(
             make_task(args.task, **options),
-            broker=read_broker(args.broker),
+            broker=broker,
             run=args.run,
             task=args.task,
             capacity=args.capacity,

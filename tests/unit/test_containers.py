@@ -54,6 +54,7 @@ class FakeContainers:
         if image not in self.engine.images:
             raise docker.errors.ImageNotFound(f"no such image: {image}")
         container = FakeContainer(self.engine, name, command, labels)
+        container.environment = environment
         container.output = self.engine.output
         self.engine.all.append(container)
         return container
@@ -85,8 +86,7 @@ def test_a_worker_container_gets_the_worker_command_host_network_and_labels():
     )  # fmt: skip
     assert c.name == "agentrl-r1-w0"
     assert c.command == [
-        "--task", "db", "--broker", "amqp://u:p@127.0.0.1:5672/", "--run", "r1",
-        "--capacity", "3", "--worker-id", "w0",
+        "--task", "db", "--run", "r1", "--capacity", "3", "--worker-id", "w0",
         "--option", "max_turns=2", "--option", 'data="/d/x.jsonl"',
     ]  # fmt: skip
     assert c.labels == {
@@ -97,6 +97,8 @@ def test_a_worker_container_gets_the_worker_command_host_network_and_labels():
         "agentrl.node": "n1",
     }
     assert json.loads(c.command[-1].split("=", 1)[1]) == "/d/x.jsonl"
+    # the broker URL and its password stay off the command line (`ps` shows that)
+    assert c.environment["AGENTRL_BROKER_URL"] == "amqp://u:p@127.0.0.1:5672/"
 
 
 def test_a_missing_image_names_the_build_script():

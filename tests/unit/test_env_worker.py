@@ -170,3 +170,30 @@ def test_the_worker_command_serves_sessions_until_stopped(run):
         thread.join(10)
     assert result["code"] == 0
     assert cli_env.worker_main([*argv[:8], "--option", "oops"], threading.Event()) == 2
+
+
+def test_the_worker_command_reads_the_broker_from_the_environment(run, monkeypatch, capsys):
+    from agentrl.ops import cli_env
+
+    run, client = run
+    argv = ["--task", "db", "--run", run, "--worker-id", "env", "--option", "max_turns=3"]
+    monkeypatch.delenv("AGENTRL_BROKER_URL", raising=False)
+    assert cli_env.worker_main(argv, threading.Event()) == 2
+    assert "give --broker or set $AGENTRL_BROKER_URL" in capsys.readouterr().err
+    monkeypatch.setenv("AGENTRL_BROKER_URL", f"memory://{run}")
+    stop = threading.Event()
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault("code", cli_env.worker_main(argv, stop))
+    )
+    thread.start()
+    try:
+        client.declare_queue(f"{run}.env.db")
+        env = RemoteEnvironment(client, run, "db", timeout=10)
+        start = env.start(1)
+        assert start.session[1] == "env"
+        env.cancel(start.session)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result["code"] == 0
