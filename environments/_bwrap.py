@@ -239,10 +239,13 @@ class BwrapSandbox:
                 return
             self._closed = True
         if self._init is not None:
-            if self._pid:
+            if self._pid:  # the outer bwrap reaps its init, then exits
                 _kill(self._pid)
-            _kill_group(self._init)
-            self._init.communicate()
+            try:
+                self._init.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                _kill_group(self._init)
+                self._init.communicate()
         for cgroup in self._cgroups:
             _empty_and_remove(cgroup)
         shutil.rmtree(self._dir, ignore_errors=True)

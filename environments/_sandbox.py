@@ -15,7 +15,7 @@ own at most), a memory and process-count limit, and they all die at
 
 Both run every command through the same wrapper (`WRAPPER`, bash and
 coreutils inside the sandbox): the command runs under ``timeout`` in its own
-process group, killed with all its children at the time limit, its output
+process group, killed with every process of the group at the time limit, its output
 (stdout and stderr together) goes to a file and at most `Limits.output_bytes`
 of it come back; background jobs the command leaves behind keep running
 without holding the call open.
@@ -111,12 +111,21 @@ class Sandbox(Protocol):
 
 
 # $1 timeout seconds, $2 output bytes, $3 file size limit in KiB, then the command.
+# `timeout` leads a new process group; after a timeout the group is SIGKILLed until
+# empty (builtins only: a fork bomb may have used every pid), so nothing it started
+# outlives it. Jobs a command that ends in time leaves in the background live on.
 WRAPPER = r"""
 t=$1 cap=$2 fsize=$3; shift 3
 mkdir -p /run/agentrl 2>/dev/null
 out=$(mktemp /run/agentrl/out.XXXXXX 2>/dev/null || mktemp)
-(ulimit -f "$fsize" 2>/dev/null; exec timeout -k 1 "$t" "$@") >"$out" 2>&1 </dev/null
+(ulimit -f "$fsize" 2>/dev/null; exec timeout -k 1 "$t" "$@") >"$out" 2>&1 </dev/null &
+group=$!
+wait $group
 rc=$?
+if [ $rc = 124 ] || [ $rc = 137 ]; then
+    n=0
+    while [ $n -lt 100000 ] && kill -KILL -- -$group 2>/dev/null; do n=$((n + 1)); done
+fi
 head -c "$cap" "$out"
 rm -f "$out"
 exit $rc

@@ -45,6 +45,9 @@ def opener():
 
 def test_writes_stay_inside_the_sandbox(opener):
     suite.writes_stay_inside(opener)
+    box = opener()  # here the host's system folders are shown read-only
+    for path in ("/usr/bin/agentrl-x", "/usr/lib/agentrl-x", "/etc/alternatives/agentrl-x"):
+        assert "Read-only file system" in box.run(f"echo x > {path}", 5).output
 
 
 def test_no_network_not_even_the_hosts_broker(opener):
@@ -73,14 +76,15 @@ def test_close_kills_every_process_and_removes_the_files():
     box.start_background(f"exec -a agentrl-bg-{tag} sleep 600")
     assert box.run("echo x > /root/f", 5).exit_code == 0
     init, files = box.init_pid, box._dir
-    assert Path(f"/proc/{init}").exists() and files.exists()
+    born = _start_time(init)
+    assert born and files.exists()
     assert _host_pids(f"agentrl-bg-{tag}"), "the background process runs before close"
     box.close()
     box.close()  # idempotent
     deadline = time.monotonic() + 5
     while _host_pids(f"agentrl-bg-{tag}") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _host_pids(f"agentrl-bg-{tag}") and not Path(f"/proc/{init}").exists()
+    assert not _host_pids(f"agentrl-bg-{tag}") and _start_time(init) != born  # gone
     assert not files.exists()
     with pytest.raises(SandboxError):
         box.run("true", 1)
@@ -101,6 +105,14 @@ def test_default_backend_is_bwrap_when_no_engine_answers(monkeypatch):
         docker_available.cache_clear()
     with pytest.raises(ValueError, match="sandbox must be one of"):
         open_sandbox("chroot")
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time ("" when there is no such process): tells pid reuse apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
 
 
 def _host_pids(needle: str) -> list[int]:
