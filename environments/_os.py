@@ -51,9 +51,12 @@ name -> local image), ``max_turns`` (8), ``timeout`` (10 s per command),
 from __future__ import annotations
 
 import copy
+import json
+import random
 import re
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -353,12 +356,10 @@ class OSTask:
 
 
 def _call(name: str, **arguments) -> ToolCall:
-    import json
-
     return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
 
 
-def _oracle(env: OSTask, index: int, rng) -> object:
+def _oracle(env: OSTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
     """Run the example, then answer with its output (stripped) or finish.
 
     A match item without an example is answered with its expected string.
@@ -375,7 +376,7 @@ def _oracle(env: OSTask, index: int, rng) -> object:
         yield _call("answer_action", answer=item.match.answer if item.match else "")
 
 
-def _random(env: OSTask, index: int, rng) -> object:
+def _random(env: OSTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
     yield _call("bash_action", script="ls")
     if env.item(index).wants_answer:
         yield _call("answer_action", answer="0")
