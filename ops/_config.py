@@ -18,6 +18,7 @@ import yaml
 
 __all__ = [
     "ConfigError",
+    "EnvRegistryConfig",
     "LearnerConfig",
     "MegatronConfig",
     "PoolConfig",
@@ -136,6 +137,22 @@ class MegatronConfig:
 
 
 @dataclass(frozen=True)
+class EnvRegistryConfig:
+    """The controller's env worker registry (docs/internals.md "Environment worker registry")."""
+
+    reconcile_interval: float = 10.0
+    """Seconds between reconciliations of workers' and rollouts' session tables."""
+    unresponsive_after: float = 30.0
+    """A worker whose last report is older is unresponsive (3 heartbeats)."""
+    dead_after: float = 100.0
+    """Older still: dead; the sessions rollouts hold on it end as infra failures (10 beats)."""
+    orphan_grace: float = 30.0
+    """A session no rollout holds for this long is cancelled on its worker."""
+    idle_limit: float = 300.0
+    """A session without interaction for this long is expired by the controller."""
+
+
+@dataclass(frozen=True)
 class LearnerConfig:
     backend: str = "torch"
     """`torch` (single process, CPU or one GPU) or `megatron` (megatron-core, TP x PP x DP
@@ -177,6 +194,7 @@ class RunConfig:
     tasks: dict[str, TaskConfig] = field(default_factory=lambda: {"calculator": TaskConfig()})
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    env_registry: EnvRegistryConfig = field(default_factory=EnvRegistryConfig)
     pools: dict[str, PoolConfig] = field(default_factory=lambda: {"current": PoolConfig()})
     learner: LearnerConfig = field(default_factory=LearnerConfig)
 
@@ -340,6 +358,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
             problems.append(f"tasks.{name}.container: a container cannot reach a memory:// broker")
         if task.image is not None and not task.container:
             problems.append(f"tasks.{name}.image: only used with container: true")
+    reg = cfg.env_registry
+    if min(dataclasses.astuple(reg)) <= 0 or reg.unresponsive_after >= reg.dead_after:
+        problems.append("env_registry: times must be > 0 and unresponsive_after < dead_after")
     if not cfg.pools:
         problems.append("pools: at least one sampler pool is required")
     for name, pool in cfg.pools.items():

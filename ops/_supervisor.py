@@ -36,6 +36,7 @@ from agentrl.actors import (
     decode_or_dead_letter,
     subscribe,
 )
+from agentrl.actors._env_registry import RegistryTimes
 from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
@@ -247,6 +248,13 @@ class Supervisor:
                 max_staleness=cfg.staleness.max,
                 initial=initial,
                 seed=cfg.seed,
+                env_times=RegistryTimes(
+                    cfg.env_registry.unresponsive_after,
+                    cfg.env_registry.dead_after,
+                    cfg.env_registry.orphan_grace,
+                    cfg.env_registry.idle_limit,
+                ),
+                reconcile_interval=cfg.env_registry.reconcile_interval,
             )
         if "rollout" in self.roles:
             r = cfg.rollout

@@ -390,3 +390,13 @@ def test_supervisor_status_prints_the_registry():
     assert "worker w1 (calculator): alive, 2/4 sessions, last report 1.0 s ago" in text
     assert "worker w2 (calculator): dead, 1/4 sessions" in text
     assert "task " not in text  # registry rows are not mistaken for per-task figures
+
+
+def test_the_registry_times_come_from_the_run_config():
+    from agentrl.ops._config import ConfigError, parse_config
+
+    cfg = parse_config({"run": "x", "env_registry": {"dead_after": 50, "idle_limit": 120}})
+    assert (cfg.env_registry.dead_after, cfg.env_registry.idle_limit) == (50.0, 120.0)
+    assert cfg.env_registry.unresponsive_after == 30.0  # default: 3 heartbeats of 10 s
+    with pytest.raises(ConfigError, match="unresponsive_after < dead_after"):
+        parse_config({"run": "x", "env_registry": {"unresponsive_after": 200}})
