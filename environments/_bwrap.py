@@ -14,14 +14,14 @@ Layout inside (everything else of the host is absent):
   and cgroup namespaces (``--unshare-all``), ``--die-with-parent``.
 
 The session's first process (bwrap's init, a ``sleep``) holds the namespaces;
-every command enters them with ``nsenter`` and runs as root with Docker's
-default capability set only (no ``CAP_SYS_ADMIN``: it cannot mount or remount
-anything), so background processes and files persist for the session as on
-a real machine. Memory and process count are limited by a cgroup per session
-(v1 or v2, under this process's own cgroup) when the cgroup filesystem is
-writable; otherwise by ``ulimit -v`` only (and no process limit: root is
-exempt from ``RLIMIT_NPROC``), which is logged. Closing kills the init
-(the kernel then kills every process of the pid namespace), every process
+every command enters them with ``nsenter`` and runs as root with `CAPS` only
+(no ``CAP_SYS_ADMIN``: it cannot mount or remount anything; no ``CAP_MKNOD``),
+so background processes and files persist for the session as on a real machine.
+Memory and process count are limited by a cgroup per session (v1 or v2, under
+this process's own cgroup) when the cgroup filesystem is writable; otherwise by
+``ulimit -v`` only (and no process limit: root is exempt from ``RLIMIT_NPROC``),
+which is logged. Closing kills the init (the kernel then kills every process of
+the pid namespace), every process
 left in the cgroup, and removes the session's files.
 
 Requires root on the host (the namespaces are entered with ``nsenter``).
@@ -71,9 +71,10 @@ ETC_DIRS = (
 WRITABLE = ("root", "home", "tmp", "var", "run", "opt", "srv", "mnt", "usr/local")
 CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-    "net_bind_service", "sys_chroot", "mknod", "audit_write", "setfcap",
+    "net_bind_service", "audit_write", "setfcap",
 )  # fmt: skip
-"""Docker's default capabilities: what a session's root keeps."""
+"""What a session's root keeps: Docker's default set without ``mknod`` and
+``sys_chroot`` (no devices cgroup guards the host's disks here)."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _JOIN_CGROUPS = 'for g in $AGENTRL_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 125; done\n'
 

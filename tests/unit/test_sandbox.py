@@ -48,6 +48,9 @@ def test_writes_stay_inside_the_sandbox(opener):
     box = opener()  # here the host's system folders are shown read-only
     for path in ("/usr/bin/agentrl-x", "/usr/lib/agentrl-x", "/etc/alternatives/agentrl-x"):
         assert "Read-only file system" in box.run(f"echo x > {path}", 5).output
+    # no device nodes (a block device node would reach the host's disk) and no mounts
+    assert box.run("mknod /root/disk b 8 0", 5).exit_code != 0
+    assert box.run("mount -o remount,rw /usr", 5).exit_code != 0
 
 
 def test_no_network_not_even_the_hosts_broker(opener):
