@@ -21,8 +21,8 @@ Memory and process count are limited by a cgroup per session (v1 or v2, under
 this process's own cgroup) when the cgroup filesystem is writable; otherwise by
 ``ulimit -v`` only (and no process limit: root is exempt from ``RLIMIT_NPROC``),
 which is logged. Closing kills the init (the kernel then kills every process of
-the pid namespace), every process
-left in the cgroup, and removes the session's files.
+the pid namespace), every process left in the cgroup, and removes the session's
+files.
 
 Requires root on the host (the namespaces are entered with ``nsenter``).
 """
