@@ -281,6 +281,8 @@ def test_the_controller_expires_an_idle_session_and_tells_its_rollout(setup):
     client.consume(
         queue, lambda d: (notices.append(decode(d.body).payload), d.ack(), got.set()), prefetch=4
     )
+    # the controller listens for reports once it lists the worker
+    wait_for(lambda: ctl.env_workers().get().get("w1", {}).get("sessions") == 1, what="listed")
     claim = rollout_report("r9", {sid: "w1"})
     control = Topology(spec.run).control
     client.publish(control, "sessions.rollout", encode(claim, run=spec.run)).result(5)
