@@ -267,6 +267,7 @@ class MegatronLearner:
         )
         self._procs: list[subprocess.Popen] = spawn_workers(self.spec)
         self._rank: RankTrainer | None = None
+        self._broken = False  # a command failed mid-way: the ranks may be out of step
         try:
             init_process_group(self.spec, 0)
             self._rank = RankTrainer(self.spec)
@@ -304,25 +305,37 @@ class MegatronLearner:
         """One AdamW update on the whole batch over every rank; the torch backend's metrics."""
         trainer = self._trainer()
         check_workers(self._procs)
-        send_command(Command("step", batch=batch))
-        return trainer.step(batch)
+        try:
+            send_command(Command("step", batch=batch))
+            return trainer.step(batch)
+        except BaseException:
+            self._broken = True
+            raise
 
     def save(self, out_dir: str | Path) -> str:
         """HF safetensors checkpoint + DIGEST in ``out_dir`` (and the resumable state when due)."""
         trainer = self._trainer()
         check_workers(self._procs)
-        send_command(Command("save", path=str(out_dir)))
-        digest = trainer.save(out_dir)
+        try:
+            send_command(Command("save", path=str(out_dir)))
+            digest = trainer.save(out_dir)
+        except BaseException:
+            self._broken = True
+            raise
         if digest is None:
             raise RuntimeError("rank 0 did not write the checkpoint")
         return digest
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stop the workers and leave the process group (idempotent)."""
+        """Stop the workers and leave the process group (idempotent).
+
+        After a failed command the workers may be inside a collective that rank 0
+        left: they are killed rather than sent ``stop``.
+        """
         if self._rank is None:
             return
         try:
-            if all(p.poll() is None for p in self._procs):
+            if not self._broken and all(p.poll() is None for p in self._procs):
                 send_command(Command("stop"))
                 for proc in self._procs:
                     proc.wait(timeout=timeout)

@@ -173,6 +173,7 @@ class MegatronUpdate:
         self._dp = ps.get_data_parallel_world_size()
         self._dp_rank = ps.get_data_parallel_rank()
         self._last_stage = ps.is_pipeline_last_stage()
+        self.device = next(model.parameters()).device  # batches arrive on the CPU
 
     # --- the update -------------------------------------------------------------------
 
@@ -185,7 +186,7 @@ class MegatronUpdate:
         """
         micros = micro_batches(batch, self.micro_batch_tokens)
         total = batch.num_tokens
-        sums = torch.zeros(len(_SUMS), dtype=torch.float64)
+        sums = torch.zeros(len(_SUMS), dtype=torch.float64, device=self.device)
         if total == 0:
             return self._metrics(sums, total, len(micros)), False
         share = dp_share(micros, self._dp_rank, self._dp)
@@ -203,7 +204,7 @@ class MegatronUpdate:
         )
         if self._last_stage and self._tp_rank == 0:
             for out in outputs:
-                sums += out["sums"]
+                sums += out["sums"].to(self.device)
         dist.all_reduce(sums)  # one (last stage, TP rank 0) contribution per DP replica
         metrics = self._metrics(sums, total, len(micros))
         metrics["learner/grad_norm"] = self._sync_and_clip()
@@ -242,8 +243,9 @@ class MegatronUpdate:
         def forward_step(data_iterator: Iterator, module):
             index, micro = next(data_iterator)
             length = micro.input_ids.shape[1]
-            positions = torch.arange(length).expand(micro.num_rows, length)
-            logits = module(micro.input_ids, positions, causal_mask(length))
+            positions = torch.arange(length, device=self.device).expand(micro.num_rows, length)
+            ids = micro.input_ids.to(self.device)
+            logits = module(ids, positions, causal_mask(length).to(self.device))
             return logits, functools.partial(loss_fn, index, micro)
 
         return get_forward_backward_func()(
@@ -263,10 +265,12 @@ class MegatronUpdate:
             return None
 
         def ref_loss(index: int, micro: TrainBatch, logits: torch.Tensor):
+            targets = micro.targets().to(self.device)
             logp = vocab_parallel_logprobs(
-                logits, micro.targets(), self.loss.temperature, self.loss.vocab_size
+                logits, targets, self.loss.temperature, self.loss.vocab_size
             )
-            return logits.new_zeros(()), torch.tensor(micro.num_tokens), {"logp": logp}
+            tokens = torch.tensor(micro.num_tokens, device=self.device)
+            return logits.new_zeros(()), tokens, {"logp": logp}
 
         with torch.no_grad():
             outputs = self._schedule(self.reference, share, ref_loss, forward_only=True)
@@ -284,22 +288,25 @@ class MegatronUpdate:
     ):
         """Loss of one micro-batch on the last stage: its summed token loss / batch tokens."""
         cfg = self.loss
-        mask = micro.loss_mask
+        dev = self.device
+        mask = micro.loss_mask.to(dev)
         tokens = float(mask.sum())
-        logp = vocab_parallel_logprobs(logits, micro.targets(), cfg.temperature, cfg.vocab_size)
-        old_logp = micro.old_logprobs
+        targets = micro.targets().to(dev)
+        logp = vocab_parallel_logprobs(logits, targets, cfg.temperature, cfg.vocab_size)
+        old_logp = micro.old_logprobs.to(dev)
+        adv = micro.advantages.to(dev)
         pg, stats = ppo_clip_loss(
-            logp, old_logp, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip
+            logp, old_logp, adv, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip
         )
         pg_sum = pg.sum()
         loss_sum = pg_sum
-        kl_sum = torch.zeros(())
+        kl_sum = torch.zeros((), device=dev)
         if refs is not None:
             kl_sum = (k3_kl(logp, refs[index]) * mask).sum()
             loss_sum = loss_sum + cfg.kl_coef * kl_sum
         with torch.no_grad():
             gap = (logp.detach() - old_logp).abs() * mask
-            current = micro.versions == version
+            current = micro.versions.to(dev) == version
             entropy = vocab_parallel_entropy(logits.detach(), cfg.temperature, cfg.vocab_size)
             sums = torch.tensor(
                 [
@@ -316,7 +323,7 @@ class MegatronUpdate:
                 ],
                 dtype=torch.float64,
             )
-        return loss_sum / total, torch.tensor(int(tokens)), {"sums": sums}
+        return loss_sum / total, torch.tensor(int(tokens), device=dev), {"sums": sums}
 
     # --- gradients ----------------------------------------------------------------------
 
@@ -345,7 +352,7 @@ class MegatronUpdate:
             if getattr(model, "share_embeddings_and_output_weights", False):
                 weight = model.shared_embedding_or_output_weight()
                 dist.all_reduce(weight.grad, group=ps.get_embedding_group())
-        squares = torch.zeros((), dtype=torch.float64)
+        squares = torch.zeros((), dtype=torch.float64, device=self.device)
         for p in params:
             parallel = getattr(p, "tensor_model_parallel", False)
             if getattr(p, "shared", False) or not (parallel or self._tp_rank == 0):
