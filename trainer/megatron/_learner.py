@@ -43,7 +43,7 @@ from ._launch import (
     send_command,
     spawn_workers,
 )
-from ._model import build_gpt_model, destroy_parallel, init_parallel
+from ._model import UnsupportedModelError, build_gpt_model, destroy_parallel, init_parallel
 from ._state import latest_state, load_state, save_state, state_path
 from ._update import LossSettings, MegatronUpdate
 
@@ -68,6 +68,27 @@ def read_hf_state(model_dir: Path) -> dict[str, torch.Tensor]:
     for path in files:
         state.update(load_file(str(path)))
     return state
+
+
+def check_layout(model_dir: str | Path, tp: int, pp: int) -> None:
+    """Raise UnsupportedModelError (listing every problem) if the model cannot be split so.
+
+    TP splits attention heads, KV heads and the MLP width; PP splits the layers.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    heads = config.num_attention_heads
+    sizes = {
+        "attention heads": heads,
+        "KV heads": getattr(config, "num_key_value_heads", None) or heads,
+        "intermediate size": config.intermediate_size,
+    }
+    problems = [f"{n} {name} do not split over tp={tp}" for name, n in sizes.items() if n % tp]
+    if config.num_hidden_layers % pp:
+        problems.append(f"{config.num_hidden_layers} layers do not split over pp={pp}")
+    if problems:
+        raise UnsupportedModelError(f"{model_dir}: " + "; ".join(problems))
 
 
 class RankTrainer:
@@ -240,6 +261,7 @@ class MegatronLearner:
             )
         if dist.is_initialized():
             raise RuntimeError("a torch.distributed process group already exists in this process")
+        check_layout(model_dir, tp, pp)
         self.spec = MegatronSpec(
             model_dir=str(model_dir),
             tp=tp,

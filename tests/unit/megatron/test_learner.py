@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.trainer import TorchLearner, checkpoint_digest
-from agentrl.trainer.megatron import MegatronLearner
+from agentrl.trainer.megatron import MegatronLearner, UnsupportedModelError
 
 from .learner_cases import (
     HYPER,
@@ -75,3 +75,31 @@ def test_an_empty_batch_changes_nothing_and_checkpoints_load_in_transformers(
     assert (tmp_path / "out" / "tokenizer_config.json").exists()
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert reloaded.config.tie_word_embeddings  # qwen2 tiny: lm_head tied, not stored
+
+
+def test_a_layout_the_model_cannot_split_is_refused_before_any_process_starts(tmp_path: Path):
+    model_dir = save_model("llama", tmp_path / "llama")  # 4 heads, 2 KV heads, 96 wide, 2 layers
+    with pytest.raises(UnsupportedModelError) as info:
+        MegatronLearner(model_dir, tp=4, pp=3, **HYPER)
+    assert str(info.value).endswith(
+        "2 KV heads do not split over tp=4; 2 layers do not split over pp=3"
+    )
+    assert not torch.distributed.is_initialized()
+
+
+def test_without_a_state_for_its_version_the_learner_starts_with_fresh_moments(
+    tmp_path: Path, close_after
+):
+    model_dir = save_model("qwen2", tmp_path / "qwen2")
+    state = tmp_path / "learner_state"
+    learner = MegatronLearner(model_dir, state_dir=state, state_every=2, **HYPER)
+    learner.step(make_batch(1))
+    learner.save(tmp_path / "v1")  # update 1: no state (every 2nd update only)
+    learner.close()
+    assert not (state / "v000001").exists()
+    resumed = MegatronLearner(tmp_path / "v1", version=1, state_dir=state, state_every=2, **HYPER)
+    close_after.append(resumed)
+    assert all(not s for s in resumed._rank.optimizer.state.values())  # zero moments
+    resumed.step(make_batch(2))
+    resumed.save(tmp_path / "v2")
+    assert (state / "v000002" / "metadata.json").exists()
