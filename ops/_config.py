@@ -169,6 +169,9 @@ class LearnerConfig:
     """k3 KL coefficient to a frozen reference; 0 disables the reference model."""
     micro_batch_tokens: int = 4096
     """Tokens per forward/backward micro-batch (gradient accumulation)."""
+    gradient_checkpointing: bool = False
+    """torch backend: recompute activations in the backward pass (less memory, ~30% more
+    time); for long multi-turn contexts."""
     device: str = "cpu"
     dtype: str = "float32"
     keep_checkpoints: int = 0

@@ -399,6 +399,7 @@ class Supervisor:
             dual_clip=ln.dual_clip,
             kl_coef=ln.kl_coef,
             micro_batch_tokens=ln.micro_batch_tokens,
+            gradient_checkpointing=ln.gradient_checkpointing,
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,

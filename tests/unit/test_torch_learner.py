@@ -153,6 +153,20 @@ def test_micro_batches_give_the_gradient_of_one_big_batch(model_dir: Path) -> No
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_gradient_checkpointing_gives_the_same_update(model_dir: Path) -> None:
+    plain = TorchLearner(model_dir)
+    recomputed = TorchLearner(model_dir, gradient_checkpointing=True)
+    assert recomputed.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    batch = on_policy(plain, make_batch())
+    batch = dataclasses.replace(batch, old_logprobs=batch.old_logprobs - 0.1)
+    m_plain, m_recomputed = plain.step(batch), recomputed.step(batch)
+    assert m_recomputed["learner/loss"] == pytest.approx(m_plain["learner/loss"], abs=1e-6)
+    for (name, a), b in zip(
+        plain.model.named_parameters(), recomputed.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
 def test_kl_to_reference_starts_at_zero(model_dir: Path) -> None:
     learner = TorchLearner(model_dir, lr=1e-2, kl_coef=0.5)
     batch = on_policy(learner, make_batch())
