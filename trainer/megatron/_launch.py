@@ -5,8 +5,8 @@ The other ranks are ``python -m agentrl.trainer.megatron._worker`` processes
 started here, one per rank, on this node. They join a gloo (CPU) or NCCL
 (GPU) process group over TCP on ``127.0.0.1:<free port>``, build their model
 shard from the same :class:`MegatronSpec` (passed as JSON in the environment)
-and then obey rank 0's :class:`Command` s, received by a torch.distributed
-broadcast, until ``stop``.
+and then carry out each :class:`Command` of rank 0, received by a
+torch.distributed broadcast, until ``stop``. All ranks are on one node.
 """
 
 from __future__ import annotations
