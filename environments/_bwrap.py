@@ -153,10 +153,10 @@ class BwrapSandbox:
     def _start_init(self) -> None:
         read_fd, write_fd = os.pipe()
         try:
-            self._init = self._popen(self._bwrap_argv(write_fd), pass_fds=(write_fd,))
-        finally:
-            os.close(write_fd)
-        try:
+            try:
+                self._init = self._popen(self._bwrap_argv(write_fd), pass_fds=(write_fd,))
+            finally:
+                os.close(write_fd)
             info = _read_info(read_fd, deadline=time.monotonic() + 15)
         finally:
             os.close(read_fd)

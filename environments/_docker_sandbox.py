@@ -57,7 +57,9 @@ class DockerSandbox:
             raise SandboxError(f"docker sandbox: no engine answers: {exc}") from exc
         memory = f"{limits.memory_mb}m"
         try:
-            self._container = self._client.containers.run(
+            # create, then start: `run` would pull a missing image, and a container whose
+            # start fails would be left behind with no handle to remove it by.
+            self._container = self._client.containers.create(
                 image,
                 command=_WAIT,
                 detach=True,
@@ -69,6 +71,7 @@ class DockerSandbox:
                 working_dir="/root",
                 labels={"agentrl.sandbox": "os", SESSION_LABEL: label},
             )
+            self._container.start()
         except docker.errors.ImageNotFound as exc:
             self.close()
             raise SandboxError(

@@ -34,10 +34,12 @@ Judging, as AgentBench does it:
 
 The example is read from ``evaluation.example`` only (AgentBench ignores one
 at the top level of an item). Endings other than ``completed``: no tool call,
-an unknown tool or bad arguments -> ``agent_invalid_action``; ``max_turns``
-assistant messages without an end -> ``task_limit_reached``. An item whose
-``init`` runs over ``init_timeout`` raises `ItemError`; a sandbox that breaks
-raises `SandboxError` (an InfraError: the rollout retries the episode).
+an unknown tool or bad arguments (a script or answer that is not a string,
+holds a NUL or a lone surrogate, or is over `MAX_ARG` bytes) ->
+``agent_invalid_action``; ``max_turns`` assistant messages without an end ->
+``task_limit_reached``. An item whose ``init`` runs over ``init_timeout``
+raises `ItemError`; a sandbox that breaks raises `SandboxError` (an
+InfraError: the rollout retries the episode).
 
 Options: ``data`` (a JSON/JSONL file; default: the built-in set under
 ``data/os/``), ``scripts`` (folder of ``{"file": ...}`` scripts), ``sandbox``
@@ -79,6 +81,8 @@ __all__ = ["CHECK_AGENTS", "OSTask", "observation"]
 log = structlog.get_logger(__name__)
 
 TRUNCATED = "\n[truncated because the output is too long]"
+MAX_ARG = 100_000
+"""Longest script or answer, in UTF-8 bytes (it is passed as one argument)."""
 
 SYSTEM_PROMPT = (
     "You act on a Linux (Debian) machine as root to do what the user asks or to answer "
@@ -137,6 +141,20 @@ def observation(output: str, limit: int, killed_after: float | None = None) -> s
     if killed_after is not None:
         text += f"\n[the command was killed: it ran over the {killed_after:g} s time limit]"
     return text
+
+
+def _passable(text: object) -> bool:
+    """True when ``text`` can be a program argument in the sandbox.
+
+    Not a string, a NUL byte, a lone surrogate (not UTF-8) or more than `MAX_ARG`
+    bytes (the kernel's limit on one argument is 128 KiB) is the model's fault.
+    """
+    if not isinstance(text, str) or "\0" in text:
+        return False
+    try:
+        return len(text.encode("utf-8")) <= MAX_ARG
+    except UnicodeEncodeError:
+        return False
 
 
 @dataclass(slots=True)
@@ -264,14 +282,14 @@ class OSTask:
                 return self._end(session, Status.AGENT_INVALID_ACTION, "bad arguments", replies)
             if call.name == "bash_action":
                 script = args.get("script")
-                if not isinstance(script, str) or not script.strip():
+                if not _passable(script) or not script.strip():
                     return self._end(session, Status.AGENT_INVALID_ACTION, "bad bash args", replies)
                 replies.append(tool_reply(call, self._bash(session, script)))
             elif call.name == "answer_action":
                 answer = args.get("answer")
                 if isinstance(answer, int | float) and not isinstance(answer, bool):
                     answer = str(answer)
-                if not isinstance(answer, str):
+                if not _passable(answer):
                     why = "bad answer args"
                     return self._end(session, Status.AGENT_INVALID_ACTION, why, replies)
                 success = self._judge(session, answer)
@@ -307,6 +325,8 @@ class OSTask:
             return re.search(item.match.regex or "", answer) is not None
         params = [str(answer)]
         for number, script in enumerate(item.check):
+            if not all(_passable(p) for p in params):  # e.g. an output with a NUL byte
+                return False
             script = script if script is not None else item.example
             assert script is not None  # load_items refuses a null check without an example
             result = session.sandbox.exec(script.argv(*params), self._check_timeout)

@@ -118,6 +118,12 @@ def test_observation_truncates_like_agentbench():
         (_say(("bash_action", {"command": "ls"})), Status.AGENT_INVALID_ACTION),
         (_say(("bash_action", "[1, 2]")), Status.AGENT_INVALID_ACTION),
         (_say(("answer_action", {"answer": ["3"]})), Status.AGENT_INVALID_ACTION),
+        # not passable as a program argument: a NUL, a lone surrogate, over 128 KiB
+        (_say(("bash_action", {"script": "echo a\x00b"})), Status.AGENT_INVALID_ACTION),
+        (_say(("bash_action", {"script": "echo \ud800"})), Status.AGENT_INVALID_ACTION),
+        (_say(("bash_action", {"script": "#" * 200_000})), Status.AGENT_INVALID_ACTION),
+        (_say(("answer_action", {"answer": "a\x00b"})), Status.AGENT_INVALID_ACTION),
+        (_say(("answer_action", {"answer": "3" * 200_000})), Status.AGENT_INVALID_ACTION),
     ],
 )
 def test_model_failures_end_with_their_status(message, status):
@@ -224,3 +230,60 @@ def test_the_os_task_through_the_whole_loop(tmp_path):
         json.loads(line) for line in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     assert metrics["env/os/episodes"] == 4 and "env/os/reward" in metrics
+
+
+def test_a_container_that_fails_to_start_is_removed(monkeypatch):
+    """A fake engine whose containers are created but fail to start (docker-py's run is
+    create, then start): the created container is removed before SandboxError."""
+    import docker.errors
+
+    from agentrl.environments import _docker_sandbox
+    from agentrl.environments._sandbox import Limits, SandboxError
+
+    made = []
+
+    class Container:
+        id = "c0"
+        removed = False
+
+        def start(self):
+            raise docker.errors.APIError("OCI runtime create failed")
+
+        def remove(self, **kwargs):
+            self.removed = True
+
+    class Containers:
+        def create(self, image, **kwargs):
+            made.append(Container())
+            return made[-1]
+
+        def run(self, image, **kwargs):
+            container = self.create(image, **kwargs)
+            container.start()
+            return container
+
+    class Client:
+        containers = Containers()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_docker_sandbox.docker, "from_env", lambda **kwargs: Client())
+    with pytest.raises(SandboxError, match="cannot start"):
+        _docker_sandbox.DockerSandbox(limits=Limits(), label="fails")
+    assert [c.removed for c in made] == [True]
+
+
+@needs_bwrap
+def test_a_check_output_that_cannot_be_an_argument_fails_the_judging(tmp_path):
+    # the example's output (made from the model's file) holds a NUL: the next script
+    # cannot get it as an argument, so the answer is judged wrong instead of raising
+    item = {
+        "description": "nul",
+        "evaluation": {"check": [None, {"code": "exit 0"}], "example": {"code": "cat /root/f"}},
+    }
+    env = make_task("os", sandbox="bwrap", data=_data(tmp_path, item))
+    start = env.start(0)
+    env.interact(start.session, _say(("bash_action", {"script": "printf 'a\\0b' > /root/f"})))
+    step = env.interact(start.session, _say(("answer_action", {"answer": "a"})))
+    assert (step.status, step.reward) == (Status.COMPLETED, 0.0)

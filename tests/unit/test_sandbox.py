@@ -128,3 +128,16 @@ def _host_pids(needle: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_a_sandbox_that_cannot_start_leaves_no_descriptor(monkeypatch):
+    from agentrl.environments._bwrap import BwrapSandbox
+
+    def refuse(self, argv, **kwargs):
+        raise OSError("cannot run bwrap")
+
+    monkeypatch.setattr(BwrapSandbox, "_popen", refuse)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="cannot run bwrap"):
+        open_sandbox("bwrap", limits=suite.SMALL, label="nostart")
+    assert sorted(os.listdir("/proc/self/fd")) == before
