@@ -346,8 +346,8 @@ class KGTask:
     def _answer(self, session: _Session, variable: str) -> Step | str:
         """The finishing step for a defined ``#N``, else the error observation."""
         number = variable_number(variable)
-        if number is None and variable.strip().isdigit():
-            number = int(variable)
+        if number is None and variable.strip().isdecimal():  # a bare N, as int() reads it
+            number = variable_number(f"#{variable.strip()}")
         if number is None or number >= len(session.variables):
             session.errors += 1
             made = len(session.variables)

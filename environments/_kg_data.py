@@ -87,9 +87,12 @@ class KGItem:
 
 
 def variable_number(text: str) -> int | None:
-    """N for ``#N`` (also ``variable #N``), else None."""
+    """N for ``#N`` (also ``variable #N``), else None; an N of over 18 digits reads as 10**18."""
     match = _VARIABLE.match(text)
-    return int(match.group(1)) if match else None
+    if match is None:
+        return None
+    digits = match.group(1)
+    return int(digits) if len(digits) <= 18 else 10**18  # no session defines that many
 
 
 def parse_action(text: str) -> Action:

@@ -399,3 +399,20 @@ def test_the_kg_task_through_the_whole_loop(tmp_path):
     lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     (metrics,) = [json.loads(line) for line in lines]
     assert metrics["env/kg/episodes"] == 4 and "env/kg/reward" in metrics
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage("assistant", "Final Answer: #" + "9" * 5000),
+        _say(("final_answer", {"variable": "²"})),  # str.isdigit, but not for int()
+        _say(("final_answer", {"variable": "#" + "9" * 5000})),
+        _say(("count", {"variable": "#" + "9" * 5000})),
+    ],
+    ids=["text-5000-digits", "superscript-two", "tool-5000-digits", "count-5000-digits"],
+)
+def test_unreadable_variable_numbers_are_error_observations(message):
+    env = make_task("kg")
+    step = env.interact(env.start(0).session, message)
+    assert step.status == Status.RUNNING
+    assert step.messages[-1].content.startswith("Error:")
