@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def open_database(
     """A fresh database holding ``table`` with ``rows``; `StatementError` if they do not fit."""
     if spec.backend == "mysql":
         return MySQLDatabase(spec, table, columns, rows)
-    return SQLiteDatabase(table, columns, rows)
+    return SQLiteDatabase(table, columns, rows, statement_timeout=spec.statement_timeout)
 
 
 def _sort_rows(rows: Sequence[Sequence[Any]]) -> list[tuple]:
@@ -129,12 +130,24 @@ def _dq(name: str) -> str:
 
 
 class SQLiteDatabase:
-    """An in-memory SQLite database (MySQL's ``\\'`` string escapes are accepted)."""
+    """An in-memory SQLite database (MySQL's ``\\'`` string escapes are accepted).
+
+    A statement is interrupted after ``statement_timeout`` seconds (a recursive
+    query may otherwise never end).
+    """
 
     def __init__(
-        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+        self,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+        *,
+        statement_timeout: float = 10.0,
     ) -> None:
+        self._timeout = statement_timeout
+        self._deadline = float("inf")
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.set_progress_handler(lambda: time.monotonic() > self._deadline, 10_000)
         cols = ", ".join(f"{_dq(name)} {kind}" for name, kind in columns)
         marks = ", ".join("?" for _ in columns)
         try:
@@ -146,12 +159,19 @@ class SQLiteDatabase:
             raise StatementError(str(exc)) from exc
 
     def execute(self, sql: str) -> list[tuple]:
+        self._deadline = time.monotonic() + self._timeout
         try:
             cursor = self._db.execute(sql.strip().replace("\\'", "''"))
             rows = cursor.fetchall()
             self._db.commit()
-        except (sqlite3.Error, sqlite3.Warning) as exc:
+        except sqlite3.OperationalError as exc:
+            if str(exc) == "interrupted":
+                raise StatementError(f"the statement ran over {self._timeout:g} s") from exc
             raise StatementError(str(exc)) from exc
+        except (sqlite3.Error, sqlite3.Warning, UnicodeEncodeError) as exc:
+            raise StatementError(str(exc)) from exc
+        finally:
+            self._deadline = float("inf")
         return rows
 
     def table_rows(self, table: str) -> list[tuple]:
@@ -197,9 +217,13 @@ class MySQLDatabase:
         except pymysql.err.OperationalError as exc:
             where = f"{spec.user}@{spec.host}:{spec.port}"
             raise InfraError(f"db: cannot reach the MySQL server {where}: {exc}") from exc
-        self._server_call(f"CREATE DATABASE {_bq(self._name)} CHARACTER SET utf8mb4")
-        self._server_call(f"USE {_bq(self._name)}")
-        self._limit_statements(spec.statement_timeout)
+        try:
+            self._server_call(f"CREATE DATABASE {_bq(self._name)} CHARACTER SET utf8mb4")
+            self._server_call(f"USE {_bq(self._name)}")
+            self._limit_statements(spec.statement_timeout)
+        except BaseException:
+            self.close()  # drops the database if it was made, closes the connection
+            raise
         # Every column TEXT, as AgentBench builds its MySQL tables: the data's declared
         # types do not always fit its values ('No INT' in an INT column, dates in prose).
         # MySQL refuses an empty column name; such a column is named _col<i>.
@@ -215,9 +239,12 @@ class MySQLDatabase:
             raise StatementError(str(exc)) from exc
 
     def _limit_statements(self, seconds: float) -> None:
-        with self._conn.cursor() as cursor:
-            cursor.execute("SELECT VERSION()")
-            version = str(cursor.fetchone()[0])
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute("SELECT VERSION()")
+                version = str(cursor.fetchone()[0])
+        except self._pymysql.err.MySQLError as exc:
+            raise InfraError(f"db: the MySQL server failed SELECT VERSION(): {exc}") from exc
         if "mariadb" in version.lower():
             self._server_call(f"SET SESSION max_statement_time = {float(seconds)}")
         else:
@@ -244,7 +271,7 @@ class MySQLDatabase:
                 if _lost(exc):
                     raise InfraError(f"db: lost the MySQL server: {exc}") from exc
                 raise StatementError(str(exc)) from exc
-            except err.MySQLError as exc:
+            except (err.MySQLError, UnicodeEncodeError) as exc:  # a lone surrogate too
                 raise StatementError(str(exc)) from exc
 
     def execute(self, sql: str) -> list[tuple]:

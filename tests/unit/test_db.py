@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 from importlib import resources
 from pathlib import Path
 
@@ -10,8 +12,9 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
+from agentrl.environments._dbbackend import MySQLDatabase, parse_database_url
 from agentrl.environments._dbbench import ItemError, load_items, same_answers
-from agentrl.environments._protocol import SessionClosed, Status
+from agentrl.environments._protocol import InfraError, SessionClosed, Status
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
@@ -142,3 +145,60 @@ def test_cli_check(capsys, tmp_path):
     env = make_task("calculator", num_instances=30)
     assert check("calculator", env, "oracle").success_rate == 1.0
     assert check("calculator", env, "random").success_rate == 0.0
+
+
+def test_a_statement_over_the_time_limit_and_unencodable_sql_are_error_observations():
+    env = make_task("db", statement_timeout=0.2)
+    session = env.start(0).session
+    endless = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    )
+    step = env.interact(session, _say(("execute_sql", {"sql": endless})))
+    assert step.status == Status.RUNNING
+    assert step.messages[0].content == "error: the statement ran over 0.2 s"
+    step = env.interact(session, _say(("execute_sql", {"sql": "SELECT '\ud800'"})))
+    assert step.status == Status.RUNNING and step.messages[0].content.startswith("error: ")
+
+
+class _FakeCursor:
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql):
+        self._conn.statements.append(sql)
+        if sql.startswith(self._conn.fail_on):
+            raise self._conn.module.err.OperationalError(1044, "access denied")
+
+
+def test_a_mysql_session_whose_setup_fails_drops_its_database_and_connection(monkeypatch):
+    """A fake pymysql whose server refuses USE: the database made is dropped, the link closed."""
+    err = types.SimpleNamespace(MySQLError=type("MySQLError", (Exception,), {}))
+    err.OperationalError = type("OperationalError", (err.MySQLError,), {})
+    err.InterfaceError = type("InterfaceError", (err.MySQLError,), {})
+    conns = []
+
+    class Conn:
+        module, fail_on = types.SimpleNamespace(err=err), "USE"
+
+        def __init__(self, **kwargs):
+            self.statements, self.closed = [], False
+            conns.append(self)
+
+        def cursor(self):
+            return _FakeCursor(self)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setitem(sys.modules, "pymysql", types.SimpleNamespace(connect=Conn, err=err))
+    with pytest.raises(InfraError):
+        MySQLDatabase(parse_database_url("mysql://root@db"), "t", [("a", "TEXT")], [])
+    (conn,) = conns
+    assert conn.statements[0].startswith("CREATE DATABASE `agentrl_")
+    assert conn.statements[-1].startswith("DROP DATABASE IF EXISTS `agentrl_") and conn.closed
