@@ -164,7 +164,8 @@ class HttpSite:
     def search(self, keywords: str) -> Page:
         if self._search is None:
             raise InvalidAction("there is no search bar on this page")
-        body = urllib.parse.urlencode({"search_query": keywords.strip()}).encode()
+        query = {"search_query": keywords.strip()}
+        body = urllib.parse.urlencode(query, errors="replace").encode()  # lone surrogates
         self.page = self._load("POST", self._search, body)
         return self.page
 

@@ -429,3 +429,9 @@ def test_the_webshop_task_through_the_whole_loop(tmp_path):
     lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     (metrics,) = [json.loads(line) for line in lines]
     assert metrics["env/webshop/episodes"] == 4 and "env/webshop/reward" in metrics
+
+
+def test_http_search_keywords_with_a_lone_surrogate_are_sent_replaced(server):
+    env = make_task("webshop", server=server.url)
+    step = env.interact(env.start(0).session, _search("coffee \ud800"))
+    assert step.status == Status.RUNNING and "Back to Search" in step.messages[0].content
