@@ -23,7 +23,7 @@ the environment computes them), and ``intersection`` two variables of the same
 type. A failed action (an undefined ``#N``, a relation the variable does not
 have, mismatched types, a number where entities are needed, an unknown entity)
 is an ``Error: ...`` observation: the episode goes on, and the error counts in
-``env/kg/errors``.
+``env/errors`` (``env/kg/errors`` in the run's metrics).
 
 The episode ends with a final answer, given either way:
 
@@ -373,13 +373,13 @@ class KGTask:
     ) -> Step:
         session.done = True
         metrics = {
-            "env/kg/f1": f1,
-            "env/kg/success": float(exact),
-            "env/kg/answered": float(status == Status.COMPLETED),
-            "env/kg/turns": float(session.turns),
-            "env/kg/actions": float(session.actions),
-            "env/kg/errors": float(session.errors),
-            "env/kg/variables": float(len(session.variables)),
+            "env/f1": f1,
+            "env/success": float(exact),
+            "env/answered": float(status == Status.COMPLETED),
+            "env/turns": float(session.turns),
+            "env/actions": float(session.actions),
+            "env/errors": float(session.errors),
+            "env/variables": float(len(session.variables)),
         }
         log.debug("kg episode ended", status=status.value, why=why, **metrics)
         return Step(messages=replies or [], status=status, reward=f1, finish=True, metrics=metrics)

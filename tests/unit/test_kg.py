@@ -133,8 +133,8 @@ def test_variables_are_numbered_per_session_and_only_by_calls_that_make_one():
     assert _do(env, other.session, "count", variable="#1").startswith("Error:")  # only #0 there
     step = env.interact(s, _say(("final_answer", {"variable": "#2"})))
     assert (step.status, step.reward, step.finish) == (Status.COMPLETED, 1.0, True)
-    assert step.metrics["env/kg/errors"] == 1.0 and step.metrics["env/kg/variables"] == 4.0
-    assert step.metrics["env/kg/actions"] == 7.0 and step.metrics["env/kg/success"] == 1.0
+    assert step.metrics["env/errors"] == 1.0 and step.metrics["env/variables"] == 4.0
+    assert step.metrics["env/actions"] == 7.0 and step.metrics["env/success"] == 1.0
     with pytest.raises(SessionClosed):
         env.interact(s, _say(("final_answer", {"variable": "#2"})))
 
@@ -171,7 +171,7 @@ def test_failed_actions_are_observations_that_count_as_errors(calls, error):
         shown = _do(env, s, name, **args)
     assert shown.startswith("Error:") and error in shown, shown
     step = env.interact(s, _say(("give_up", {})))  # an unknown tool ends it, with metrics
-    assert step.status == Status.AGENT_INVALID_ACTION and step.metrics["env/kg/errors"] == 1.0
+    assert step.status == Status.AGENT_INVALID_ACTION and step.metrics["env/errors"] == 1.0
 
 
 def test_argmax_and_argmin_compare_numbers_and_dates():
@@ -203,7 +203,7 @@ def test_final_answer_in_text_partial_f1_and_an_undefined_answer():
     _do(env, s, "get_neighbors", variable="#0", relation="location.country.official_language")
     # answering the country instead of its languages: F1 0
     step = env.interact(s, ChatMessage("assistant", "Final Answer: #0"))
-    assert (step.status, step.reward, step.metrics["env/kg/f1"]) == (Status.COMPLETED, 0.0, 0.0)
+    assert (step.status, step.reward, step.metrics["env/f1"]) == (Status.COMPLETED, 0.0, 0.0)
     s = env.start(index).session
     _do(env, s, "get_neighbors", variable="m.0kc01", relation="location.country.official_language")
     _do(env, s, "get_neighbors", variable="m.0kc04", relation="location.country.official_language")
@@ -211,7 +211,7 @@ def test_final_answer_in_text_partial_f1_and_an_undefined_answer():
     # P = 1/2, R = 1/2, F1 = 1/2; not an exact match, so no success
     step = env.interact(s, ChatMessage("assistant", "Final Answer: #1"))
     assert step.status == Status.COMPLETED and step.reward == pytest.approx(0.5)
-    assert step.metrics["env/kg/success"] == 0.0 and step.metrics["env/kg/answered"] == 1.0
+    assert step.metrics["env/success"] == 0.0 and step.metrics["env/answered"] == 1.0
 
 
 def test_f1_score():
@@ -237,7 +237,7 @@ def test_model_failures_end_with_agent_invalid_action(message):
     env = make_task("kg")
     step = env.interact(env.start(0).session, message)
     assert (step.status, step.reward, step.finish) == (Status.AGENT_INVALID_ACTION, 0.0, True)
-    assert step.metrics["env/kg/f1"] == 0.0
+    assert step.metrics["env/f1"] == 0.0
 
 
 def test_turn_limit_and_cancel():
