@@ -9,7 +9,10 @@ statement causes (syntax, unknown column, a statement over the time limit) are
 
 The MySQL backend runs AgentBench's SQL in its own dialect (backquoted names,
 ``\\'`` escapes, MySQL functions) on tables built as AgentBench builds them: every
-column ``TEXT``. SQLite keeps the item's declared column types (SQLite's type
+column ``TEXT``. The model's statements run as an account made for the session
+(``agentrl_<random>``, privileges on its own database only, dropped with it), so a
+session cannot read or drop another's; the URL's account needs CREATE USER and GRANT.
+SQLite keeps the item's declared column types (SQLite's type
 affinity accepts any value in any column). Each session creates a
 database ``agentrl_<random>`` on the server and drops it on ``close``; a
 statement runs at most ``statement_timeout`` seconds (MariaDB's
@@ -18,6 +21,7 @@ statement runs at most ``statement_timeout`` seconds (MariaDB's
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import threading
 import time
@@ -202,27 +206,24 @@ class MySQLDatabase:
 
         self._pymysql = pymysql
         self._name = DATABASE_PREFIX + uuid.uuid4().hex[:16]
+        """The session's database, and the name of the account its statements run as."""
         self._lock = threading.Lock()
         self._closed = False
-        try:
-            self._conn = pymysql.connect(
-                host=spec.host,
-                port=spec.port,
-                user=spec.user,
-                password=spec.password,
-                charset="utf8mb4",
-                autocommit=True,
-                connect_timeout=10,
-            )
-        except pymysql.err.OperationalError as exc:
-            where = f"{spec.user}@{spec.host}:{spec.port}"
-            raise InfraError(f"db: cannot reach the MySQL server {where}: {exc}") from exc
+        self._conn = None
+        self._user_made = False
+        self._admin = self._connect(spec, spec.user, spec.password)
+        password = secrets.token_hex(16)
         try:
             self._server_call(f"CREATE DATABASE {_bq(self._name)} CHARACTER SET utf8mb4")
-            self._server_call(f"USE {_bq(self._name)}")
+            # The model's statements run as an account that sees only this database, so
+            # one session cannot read or drop another's (the admin account could).
+            self._server_call(f"CREATE USER '{self._name}'@'%' IDENTIFIED BY '{password}'")
+            self._user_made = True
+            self._server_call(f"GRANT ALL PRIVILEGES ON {_bq(self._name)}.* TO '{self._name}'@'%'")
+            self._conn = self._connect(spec, self._name, password, database=self._name)
             self._limit_statements(spec.statement_timeout)
         except BaseException:
-            self.close()  # drops the database if it was made, closes the connection
+            self.close()  # drops what was made, closes the connections
             raise
         # Every column TEXT, as AgentBench builds its MySQL tables: the data's declared
         # types do not always fit its values ('No INT' in an INT column, dates in prose).
@@ -238,6 +239,22 @@ class MySQLDatabase:
             self.close()
             raise StatementError(str(exc)) from exc
 
+    def _connect(self, spec: DatabaseSpec, user: str, password: str, **more):
+        try:
+            return self._pymysql.connect(
+                host=spec.host,
+                port=spec.port,
+                user=user,
+                password=password,
+                charset="utf8mb4",
+                autocommit=True,
+                connect_timeout=10,
+                **more,
+            )
+        except self._pymysql.err.MySQLError as exc:
+            where = f"{user}@{spec.host}:{spec.port}"
+            raise InfraError(f"db: cannot reach the MySQL server {where}: {exc}") from exc
+
     def _limit_statements(self, seconds: float) -> None:
         try:
             with self._conn.cursor() as cursor:
@@ -246,14 +263,16 @@ class MySQLDatabase:
         except self._pymysql.err.MySQLError as exc:
             raise InfraError(f"db: the MySQL server failed SELECT VERSION(): {exc}") from exc
         if "mariadb" in version.lower():
-            self._server_call(f"SET SESSION max_statement_time = {float(seconds)}")
+            limit = f"SET SESSION max_statement_time = {float(seconds)}"
         else:
-            self._server_call(f"SET SESSION max_execution_time = {int(seconds * 1000)}")
+            limit = f"SET SESSION max_execution_time = {int(seconds * 1000)}"
+        self._server_call(limit, self._conn)
 
-    def _server_call(self, sql: str) -> None:
-        """A statement of ours: any failure here is the server's, not the model's."""
+    def _server_call(self, sql: str, conn=None) -> None:
+        """A statement of ours (on the admin connection unless ``conn``): any failure
+        here is the server's, not the model's."""
         try:
-            with self._conn.cursor() as cursor:
+            with (conn or self._admin).cursor() as cursor:
                 cursor.execute(sql)
         except self._pymysql.err.MySQLError as exc:
             raise InfraError(f"db: the MySQL server failed {sql.split()[0]}: {exc}") from exc
@@ -286,16 +305,22 @@ class MySQLDatabase:
             if self._closed:
                 return
             self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+        drops = [f"DROP DATABASE IF EXISTS {_bq(self._name)}"]
+        if self._user_made:
+            drops.append(f"DROP USER IF EXISTS '{self._name}'@'%'")
         try:
-            with self._conn.cursor() as cursor:
-                cursor.execute(f"DROP DATABASE IF EXISTS {_bq(self._name)}")
+            with self._admin.cursor() as cursor:
+                for sql in drops:
+                    cursor.execute(sql)
         except self._pymysql.err.MySQLError as exc:
             # The server went away: nothing left to drop on our side; say so.
             log.warning(
                 "db: could not drop the session database", database=self._name, error=str(exc)
             )
         finally:
-            self._conn.close()
+            self._admin.close()
 
 
 _LOST_CODES = {2006, 2013, 2003, 2055}

@@ -131,3 +131,20 @@ def test_check_cli_takes_the_server_as_an_option(server, capsys):
     assert "succeeded (1.000)" in capsys.readouterr().out
     assert main(["check", "--task", "db", "--option", "database"]) == 2
     assert "is not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_session_cannot_see_or_drop_another_sessions_database(server):
+    env = make_task("db", database=MYSQL)
+    a, b = env.start(0), env.start(0)
+    other = b.session.db._name
+    step = env.interact(a.session, call("execute_sql", sql="SHOW DATABASES"))
+    shown = {row[0] for row in json.loads(step.messages[0].content)}
+    assert a.session.db._name in shown and other not in shown
+    step = env.interact(a.session, call("execute_sql", sql=f"DROP DATABASE `{other}`"))
+    assert step.status == Status.RUNNING and "denied" in step.messages[0].content
+    assert other in session_databases(server)
+    env.cancel(a.session)
+    env.cancel(b.session)
+    with server.cursor() as cursor:
+        cursor.execute("SELECT User FROM mysql.user WHERE User LIKE 'agentrl\\_%'")
+        assert cursor.fetchall() == ()  # the session accounts are dropped with their databases

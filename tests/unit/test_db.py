@@ -177,14 +177,15 @@ class _FakeCursor:
 
 
 def test_a_mysql_session_whose_setup_fails_drops_its_database_and_connection(monkeypatch):
-    """A fake pymysql whose server refuses USE: the database made is dropped, the link closed."""
+    """A fake pymysql whose server refuses GRANT: the database and the session account made
+    are dropped, the admin link closed, no session link opened."""
     err = types.SimpleNamespace(MySQLError=type("MySQLError", (Exception,), {}))
     err.OperationalError = type("OperationalError", (err.MySQLError,), {})
     err.InterfaceError = type("InterfaceError", (err.MySQLError,), {})
     conns = []
 
     class Conn:
-        module, fail_on = types.SimpleNamespace(err=err), "USE"
+        module, fail_on = types.SimpleNamespace(err=err), "GRANT"
 
         def __init__(self, **kwargs):
             self.statements, self.closed = [], False
@@ -201,4 +202,6 @@ def test_a_mysql_session_whose_setup_fails_drops_its_database_and_connection(mon
         MySQLDatabase(parse_database_url("mysql://root@db"), "t", [("a", "TEXT")], [])
     (conn,) = conns
     assert conn.statements[0].startswith("CREATE DATABASE `agentrl_")
-    assert conn.statements[-1].startswith("DROP DATABASE IF EXISTS `agentrl_") and conn.closed
+    assert conn.statements[1].startswith("CREATE USER 'agentrl_")
+    assert conn.statements[-2].startswith("DROP DATABASE IF EXISTS `agentrl_")
+    assert conn.statements[-1].startswith("DROP USER IF EXISTS 'agentrl_") and conn.closed
