@@ -32,7 +32,7 @@ from agentrl.environments._dbbench import DBTask, ItemError
 from agentrl.environments._protocol import EnvError, Environment, Status
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["AGENTS", "CheckReport", "check"]
+__all__ = ["AGENTS", "CheckReport", "check", "scripts_for"]
 
 AGENTS = ("oracle", "random")
 
@@ -64,9 +64,7 @@ class CheckReport:
 
 def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckReport:
     """Play every instance of ``env`` with the ``agent`` script; see the module doc."""
-    scripts = _SCRIPTS.get(task) or getattr(sys.modules[type(env).__module__], "CHECK_AGENTS", None)
-    if scripts is None:
-        raise ValueError(f"no scripted agents for task {task!r}")
+    scripts = scripts_for(task, env)
     if agent not in AGENTS:
         raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {agent!r}")
     rng = random.Random(seed)
@@ -100,6 +98,16 @@ def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckRep
                 + " ".join(transcript)[:400]
             )
     return report
+
+
+def scripts_for(task: str, env: Environment) -> dict[str, Callable[..., Actions]]:
+    """The scripted agents of ``task`` (built in here, or its module's ``CHECK_AGENTS``)."""
+    task_env = getattr(env, "inner", env)  # a wrapper (`_demo.DemoPrompt`) names its task
+    module = sys.modules[type(task_env).__module__]
+    scripts = _SCRIPTS.get(task) or getattr(module, "CHECK_AGENTS", None)
+    if scripts is None:
+        raise ValueError(f"no scripted agents for task {task!r}")
+    return scripts
 
 
 def _call(name: str, **arguments) -> ToolCall:

@@ -53,18 +53,35 @@ def make_task(name: str, **options: Any) -> Environment:
     """Build the environment of task ``name`` with ``options``.
 
     Raises UnknownTask (listing the known names) for an unregistered name and
-    TaskOptionsError when the options do not fit the factory's signature.
+    TaskOptionsError when the options do not fit the factory's signature. Every task
+    with an oracle check agent also takes ``demo: true|N`` (a solved example of N
+    oracle steps on another instance in front of each prompt, see `_demo`).
     """
     with _lock:
         entry = _factories.get(name)
     if entry is None:
         raise UnknownTask(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
     factory = _load(entry) if isinstance(entry, str) else entry
+    signature = inspect.signature(factory)
+    demo = None
+    if "demo" in options and "demo" not in signature.parameters:
+        options = dict(options)
+        demo = options.pop("demo")  # an oracle demo in the prompt, for any task (`_demo`)
+        if not isinstance(demo, bool | int) or demo < 0:
+            raise TaskOptionsError(f"task {name!r}: demo must be true, false or a step count")
     try:
-        inspect.signature(factory).bind(**options)
+        signature.bind(**options)
     except TypeError as exc:
         raise TaskOptionsError(f"task {name!r}: bad options {sorted(options)}: {exc}") from exc
-    return factory(**options)
+    env = factory(**options)
+    if demo:
+        from agentrl.environments._demo import with_demo
+
+        try:
+            env = with_demo(env, name, demo)
+        except ValueError as exc:
+            raise TaskOptionsError(f"task {name!r}: {exc}") from exc
+    return env
 
 
 def _load(ref: str) -> TaskFactory:
