@@ -181,3 +181,22 @@ def test_a_learner_restarted_after_a_checkpoint_continues_from_it(tmp_path: Path
     assert (tmp_path / "restarted" / "learner_state" / "v000001").exists() is False  # kept 2
     final = [hf_weights(tmp_path / label / "checkpoints" / "v000003") for label in runs]
     assert max_weight_diff(*final) < TOL  # the restart resumed the AdamW moments too
+
+
+@pytest.mark.slow
+def test_after_rank_0_fails_mid_step_close_kills_the_workers_instead_of_waiting(tmp_path):
+    model_dir = save_model("llama", tmp_path / "llama")
+    learner = MegatronLearner(model_dir, dp=2, **HYPER)
+    worker = learner._procs[0]
+
+    def fail(batch):  # rank 0 gives up after rank 1 has started the step's collectives
+        raise RuntimeError("rank 0 failed")
+
+    learner._rank.step = fail
+    with pytest.raises(RuntimeError, match="rank 0 failed"):
+        learner.step(make_batch(1))
+    closer = threading.Thread(target=learner.close)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "close() waited on a worker stuck in a collective"
+    assert worker.returncode is not None
