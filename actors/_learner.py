@@ -15,6 +15,8 @@ replacements (see the controller's admission rule).
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 import threading
@@ -111,6 +113,9 @@ class LearnerActor(pykka.ThreadingActor):
         self._last_step_end = time.monotonic()
         self._backend = None
         self._transport = None
+        self._journal = self._ckpt_dir / TRAINED_JOURNAL
+        self._trained = _trained_groups(self._journal, start_version)
+        self._replays_skipped = 0
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
         self._heartbeat: HeartbeatSender | None = None
@@ -161,6 +166,14 @@ class LearnerActor(pykka.ThreadingActor):
         if msg is None:
             return
         traj = msg.payload
+        if traj.group_id in self._trained:
+            # Trained into the version this learner resumed from, but the learner died
+            # before acking it: the checkpoint holds it already, training it again would
+            # count it twice.
+            self._replays_skipped += 1
+            self._log.info("replay of a trained group skipped", group=traj.group_id)
+            delivery.ack()
+            return
         if traj.episode_id in self._seen:
             # A redelivery of something already buffered (e.g. after a reconnect):
             # keep the newest delivery handle, the old one belongs to a dead channel.
@@ -218,6 +231,9 @@ class LearnerActor(pykka.ThreadingActor):
         trained = time.monotonic()
         version = self._version + 1
         path = self._ckpt_dir / f"v{version:06d}"
+        # Journal first: if the learner dies after the checkpoint is complete but before
+        # the acks, a learner resumed from it skips these groups' redeliveries.
+        _journal_groups(self._journal, version, {t.group_id for t in batch})
         digest = self._backend.save(path)
         saved = time.monotonic()
         ready = CheckpointReady(
@@ -240,6 +256,7 @@ class LearnerActor(pykka.ThreadingActor):
             "learner/idle_time": idle,
             "learner/idle_ratio": idle / max(end - self._last_step_end, 1e-9),
             "learner/dropped_groups_total": float(self._dropped_groups),
+            "learner/replays_skipped_total": float(self._replays_skipped),
             **stats,
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
@@ -270,3 +287,36 @@ class LearnerActor(pykka.ThreadingActor):
         versions = sorted(p for p in self._ckpt_dir.glob("v[0-9]*") if p.is_dir())
         for old in versions[: -self._keep]:
             shutil.rmtree(old)
+
+
+TRAINED_JOURNAL = "trained.jsonl"
+"""In the checkpoint directory: one JSON line per update, the groups it trained."""
+
+
+def _journal_groups(path: Path, version: int, groups: set[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps({"version": version, "groups": sorted(groups)}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _trained_groups(path: Path, version: int) -> set[str]:
+    """Groups trained into checkpoint ``version`` (the one a resumed learner starts from).
+
+    Only that version's groups can still be unacked on the queue: every earlier
+    batch was acked before the next update began. Entries for later versions are
+    from updates whose checkpoint did not survive; their groups are trained again.
+    """
+    if version == 0 or not path.exists():
+        return set()
+    groups: set[str] = set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("unreadable line in the trained journal", path=str(path), line=number)
+            continue  # a line cut by a crash mid-write: its update never completed
+        if entry.get("version") == version:
+            groups.update(entry.get("groups", []))
+    return groups

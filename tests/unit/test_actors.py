@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -456,6 +457,59 @@ def test_learner_acks_only_after_the_checkpoint(broker, spec, client, tmp_path):
     wait_for(lambda: not ref.is_alive(), what="learner crash")
     wait_for(lambda: client.queue_depth(names.trajectories) == 2, what="redelivery")
     assert not (tmp_path / "ckpt" / "v000001").exists()
+
+
+def test_a_learner_resumed_after_its_checkpoint_skips_the_unacked_replay(
+    broker, spec, client, tmp_path
+):
+    """Dies after checkpoint 1 is complete but before the acks: the restarted learner (at
+    version 1) acks the redelivered group without training it again; the next groups train."""
+    names = Topology(spec.run)
+
+    class DiesAfterSaving(FakeBackend):
+        def save(self, out_dir):
+            super().save(out_dir)
+            raise RuntimeError("killed after the checkpoint, before the acks")
+
+    ref, _, _ = start_learner(broker, spec, tmp_path, DiesAfterSaving())
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
+    wait_for(lambda: not ref.is_alive(), what="learner death")
+    wait_for(lambda: client.queue_depth(names.trajectories) == 2, what="g1 back on the queue")
+    assert (tmp_path / "ckpt" / "v000001" / "DIGEST").exists()
+
+    backend = FakeBackend()
+    done = threading.Event()
+    metrics: list[dict] = []
+    LearnerActor.start(
+        broker=broker, topology=spec, backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt", start_version=1, group_size=2, groups_per_batch=1,
+        hard_staleness=8, prefetch=64, pad_id=0, max_steps=1, on_metrics=metrics.append,
+        done=done,
+    )  # fmt: skip
+    publish_trajs(client, spec, [trajectory("g2", 0, reward=0.0), trajectory("g2", 1, reward=1.0)])
+    assert done.wait(20)
+    assert backend.steps == 1 and backend.batches[0].num_rows == 2  # g2 only
+    assert metrics[0]["version"] == 2.0 and metrics[0]["learner/replays_skipped_total"] == 2.0
+    wait_for(lambda: client.queue_depth(names.trajectories) == 0, what="g1 acked")
+    journal = (tmp_path / "ckpt" / "trained.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in journal] == [
+        {"version": 1, "groups": ["g1"]},
+        {"version": 2, "groups": ["g2"]},
+    ]
+
+
+def test_a_learner_resumed_before_its_checkpoint_trains_the_batch_again(
+    broker, spec, client, tmp_path
+):
+    """Journal written for version 1 but the checkpoint never completed: the learner
+    restarts at version 0 and g1 is trained (once) into version 1."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "trained.jsonl").write_text('{"version": 1, "groups": ["g1"]}\n{"vers')
+    backend = FakeBackend()
+    _, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=1)
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
+    assert done.wait(20)
+    assert backend.batches[0].num_rows == 2 and metrics[0]["learner/replays_skipped_total"] == 0
 
 
 def test_learner_drops_groups_without_two_survivors(broker, spec, client, tmp_path):
