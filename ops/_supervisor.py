@@ -404,6 +404,7 @@ class Supervisor:
             dtype=ln.dtype,
             seed=cfg.seed,
             version=version,
+            reference_dir=resolve_model(cfg.model),
         )
 
     def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:

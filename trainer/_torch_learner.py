@@ -124,7 +124,11 @@ class TorchLearner:
         seed: int = 0,
         gradient_checkpointing: bool = False,
         version: int = 0,
+        reference_dir: str | Path | None = None,
     ) -> None:
+        """``reference_dir``: the frozen KL reference (with ``kl_coef > 0``); default
+        ``model_dir``. A run resumed from a checkpoint passes its initial model here, so
+        the KL stays to the policy the run started from, not to the resumed weights."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -147,7 +151,10 @@ class TorchLearner:
             self.model.gradient_checkpointing_enable()
         self.model.train()
         self.reference: torch.nn.Module | None = None
-        if kl_coef > 0:
+        if kl_coef > 0 and reference_dir is not None and Path(reference_dir) != self.model_dir:
+            reference = load_causal_lm(Path(reference_dir), dtype=_DTYPES[dtype])
+            self.reference = reference.to(self.device).eval().requires_grad_(False)
+        elif kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],

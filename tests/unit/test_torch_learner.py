@@ -179,6 +179,21 @@ def test_kl_to_reference_starts_at_zero(model_dir: Path) -> None:
     )
 
 
+def test_a_resumed_learner_keeps_the_kl_to_the_initial_model(model_dir: Path, tmp_path) -> None:
+    first = TorchLearner(model_dir, lr=1e-2, kl_coef=0.5)
+    batch = on_policy(first, make_batch())
+    first.step(batch)
+    first.save(tmp_path / "v1")
+    resumed = TorchLearner(
+        tmp_path / "v1", lr=1e-2, kl_coef=0.5, reference_dir=model_dir, version=1
+    )
+    again = TorchLearner(tmp_path / "v1", lr=1e-2, kl_coef=0.5, version=1)
+    # the resumed policy is one step away from the initial model: KL > 0 against it,
+    # 0 against itself (what a resume without reference_dir would measure)
+    assert resumed.step(batch)["learner/kl"] > 1e-6
+    assert again.step(batch)["learner/kl"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_save_writes_loadable_safetensors_and_a_stable_digest(
     model_dir: Path, tmp_path: Path
 ) -> None:
