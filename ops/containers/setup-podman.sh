@@ -57,7 +57,10 @@ answers() { curl -fsS --max-time 3 --unix-socket "$SOCKET" http://d/_ping >/dev/
 if ! answers; then
     rm -f "$SOCKET"  # a stale socket file from a service that died
     say "starting podman system service on unix://$SOCKET (log: $LOG)"
-    nohup setsid podman system service --time=0 "unix://$SOCKET" >>"$LOG" 2>&1 </dev/null &
+    # From /run, not the caller's directory: conmon drops files (an `oom` marker when a
+    # container is OOM-killed) into the service's working directory.
+    (cd "$(dirname "$SOCKET")" && exec nohup setsid podman system service --time=0 "unix://$SOCKET") \
+        >>"$LOG" 2>&1 </dev/null &
     for _ in $(seq 100); do answers && break; sleep 0.2; done
     answers || { say "podman did not answer on $SOCKET; see $LOG"; tail -20 "$LOG" >&2; exit 1; }
 fi
