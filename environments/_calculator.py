@@ -41,7 +41,7 @@ import structlog
 
 from agentrl.environments._arith import CalcError, evaluate
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
-from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.environments._toolcalls import call_arguments, call_text, tool_reply
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["CalculatorTask", "Problem"]
@@ -258,8 +258,7 @@ def _result_text(result: str) -> str:
 
 
 def _call_text(call: ToolCall) -> str:
-    body = json.dumps({"name": call.name, "arguments": json.loads(call.arguments)})
-    return f"<tool_call>{body}</tool_call>"
+    return call_text(call.name, json.loads(call.arguments))
 
 
 def _generate(level: int, rng: random.Random) -> Problem:

@@ -30,6 +30,7 @@ from typing import Any
 import jinja2
 
 from agentrl.environments._protocol import EnvError
+from agentrl.environments._toolcalls import call_text
 from agentrl.messages import ChatMessage
 
 __all__ = ["ChatFormat", "ChatTemplateError", "tools_system_text"]
@@ -146,8 +147,7 @@ def tools_system_text(tools: Sequence[dict], *, example: bool = True) -> str:
 def _example_call(function: dict) -> str:
     props = function.get("parameters", {}).get("properties", {})
     args = {name: _example_value(schema) for name, schema in props.items()}
-    call = {"name": function.get("name", "tool"), "arguments": args}
-    return f"<tool_call>{json.dumps(call, ensure_ascii=False)}</tool_call>"
+    return call_text(function.get("name", "tool"), args)
 
 
 def _example_value(schema: dict) -> Any:

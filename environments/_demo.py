@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from agentrl.environments._protocol import Environment, Start, Step
+from agentrl.environments._toolcalls import call_text
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["DemoPrompt", "with_demo"]
@@ -33,7 +34,7 @@ def _call_text(call: ToolCall) -> str:
         arguments = json.loads(call.arguments)
     except json.JSONDecodeError:
         arguments = call.arguments
-    return "<tool_call>" + json.dumps({"name": call.name, "arguments": arguments}) + "</tool_call>"
+    return call_text(call.name, arguments)
 
 
 class DemoPrompt:

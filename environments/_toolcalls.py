@@ -26,7 +26,7 @@ from typing import Any
 from agentrl.environments._protocol import MalformedToolCall
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["call_arguments", "parse_assistant", "tool_reply"]
+__all__ = ["call_arguments", "call_text", "parse_assistant", "tool_reply"]
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
@@ -217,3 +217,10 @@ def call_arguments(call: ToolCall) -> dict[str, Any] | None:
 def tool_reply(call: ToolCall, content: str) -> ChatMessage:
     """The tool message answering ``call`` (its id and name echoed)."""
     return ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name)
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """A call written in the first form `parse_assistant` reads:
+    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (prompts' examples, demos)."""
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{_OPEN}{body}{_CLOSE}"
