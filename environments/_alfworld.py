@@ -299,13 +299,7 @@ class AlfworldTask:
             f"env/success_{session.task_type}": float(success),
         }
         log.debug("alfworld episode ended", status=status.value, why=why, **metrics)
-        return Step(
-            messages=replies or [],
-            status=status,
-            reward=1.0 if success else 0.0,
-            finish=True,
-            metrics=metrics,
-        )
+        return Step.end(status, 1.0 if success else 0.0, metrics, replies)
 
 
 # --- scripted agents for `agentrl-env check` ------------------------------------------

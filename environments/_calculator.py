@@ -222,13 +222,7 @@ class CalculatorTask:
             "env/calc_errors": float(session.calc_errors),
         }
         log.debug("calculator episode ended", status=status.value, why=why, **metrics)
-        return Step(
-            messages=replies or [],
-            status=status,
-            reward=1.0 if success else 0.0,
-            finish=True,
-            metrics=metrics,
-        )
+        return Step.end(status, 1.0 if success else 0.0, metrics, replies)
 
 
 def _question(expression: str) -> str:

@@ -382,4 +382,4 @@ class KGTask:
             "env/variables": float(len(session.variables)),
         }
         log.debug("kg episode ended", status=status.value, why=why, **metrics)
-        return Step(messages=replies or [], status=status, reward=f1, finish=True, metrics=metrics)
+        return Step.end(status, f1, metrics, replies)

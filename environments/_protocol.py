@@ -75,6 +75,19 @@ class Step:
     metrics: dict[str, float] = field(default_factory=dict)
     """Per-episode metrics (``env/<name>``), filled in on the finishing step."""
 
+    @classmethod
+    def end(
+        cls,
+        status: Status,
+        reward: float,
+        metrics: dict[str, float],
+        messages: list[ChatMessage] | None = None,
+    ) -> Step:
+        """The step that ends an episode: ``finish`` set, its last messages, reward, metrics."""
+        return cls(
+            messages=messages or [], status=status, reward=reward, finish=True, metrics=metrics
+        )
+
 
 @runtime_checkable
 class Environment(Protocol):

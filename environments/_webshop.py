@@ -273,9 +273,7 @@ class WebShopTask:
             if parts.n_options:
                 metrics["env/r_option"] = parts.option_matches / parts.n_options
         log.debug("webshop episode ended", status=status.value, why=why, reward=reward)
-        return Step(
-            messages=replies or [], status=status, reward=reward, finish=True, metrics=metrics
-        )
+        return Step.end(status, reward, metrics, replies)
 
 
 def _hint(session: _Session) -> str:
