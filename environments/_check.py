@@ -116,12 +116,7 @@ def _call(name: str, **arguments) -> ToolCall:
 
 def _describe(env: Environment, index: int) -> str:
     describe = getattr(env, "describe", None)
-    if describe is not None:
-        return f" {describe(index)}"
-    if isinstance(env, DBTask):
-        item = env.item(index)
-        return f" [{item.kind}] {item.description[:80]!r}"
-    return ""
+    return f" {describe(index)}" if describe is not None else ""
 
 
 # --- db -----------------------------------------------------------------------------

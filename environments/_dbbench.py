@@ -227,6 +227,11 @@ class DBTask:
             raise IndexError(f"db: index {index} not in [0, {len(self._items)})")
         return self._items[index]
 
+    def describe(self, index: int) -> str:
+        """One line naming instance ``index`` (shown beside its failures by the check)."""
+        item = self.item(index)
+        return f"[{item.kind}] {item.description[:80]!r}"
+
     def start(self, index: int) -> Start:
         item = self.item(index)
         expected = None
