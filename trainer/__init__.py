@@ -4,6 +4,7 @@ from ._batch import TrainBatch, build_batch, micro_batches
 from ._grpo import (
     episode_reward,
     group_advantages,
+    group_spread,
     k3_kl,
     ppo_clip_loss,
     task_normalize,
@@ -23,6 +24,7 @@ __all__ = [
     "checkpoint_digest",
     "episode_reward",
     "group_advantages",
+    "group_spread",
     "k3_kl",
     "load_causal_lm",
     "load_tokenizer",

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ._grpo import group_advantages, task_normalize
+from ._grpo import group_advantages, group_spread
+from ._grpo import task_normalize as normalize_per_task
 
 if TYPE_CHECKING:
     from agentrl.messages import Trajectory
@@ -42,7 +43,8 @@ class TrainBatch:
     old_logprobs: torch.Tensor
     """``[B, L]`` float32: rollout (behaviour) logprob of target ``t + 1``, 0 where unmasked."""
     advantages: torch.Tensor
-    """``[B, L]`` float32: group advantage broadcast to masked targets, already task-normalised."""
+    """``[B, L]`` float32: group advantage broadcast to masked targets, already task-normalised
+    (when ``build_batch(task_normalize=True)``); exactly 0 on rows of flat groups."""
     versions: torch.Tensor
     """``[B, L]`` long: policy version that sampled target ``t + 1``, -1 where unmasked."""
     task_index: torch.Tensor
@@ -53,6 +55,9 @@ class TrainBatch:
     """``[B]`` float32: the episode reward each row was trained with."""
     tasks: tuple[str, ...]
     """Task names, sorted; ``task_index`` points into it."""
+    masked_old_tokens: int = 0
+    """Sampled tokens ``build_batch`` took out of ``loss_mask`` for being older than
+    ``max_token_lag`` (whole batch; a ``select``-ed part reports 0)."""
 
     @property
     def num_rows(self) -> int:
@@ -87,17 +92,32 @@ class TrainBatch:
         )
 
 
-def build_batch(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
+def build_batch(
+    trajectories: Sequence[Trajectory],
+    pad_id: int,
+    *,
+    task_normalize: bool = True,
+    version: int | None = None,
+    max_token_lag: int | None = None,
+) -> TrainBatch:
     """Pad trajectories into a ``TrainBatch`` with final, task-normalised advantages.
 
     Steps (DESIGN.md "The method"):
 
+    0. With ``version`` (of the weights about to be updated) and
+       ``max_token_lag``, a sampled token with ``version - token version >
+       max_token_lag`` is taken out of ``loss_mask`` (counted in
+       ``masked_old_tokens``): it neither trains nor enters the statistics below.
     1. R = ``trajectory.reward``. The rollout has already applied the penalty
        rule (``episode_reward``); it is *not* applied again here.
-    2. A = ``group_advantages(R, group)`` per episode, grouped by ``group_id``.
+    2. A = ``group_advantages(R, group)`` per episode, grouped by ``group_id``:
+       exactly 0 in a group whose rewards are all equal.
     3. A is broadcast to every masked (sampled assistant) target token.
-    4. ``task_normalize`` over the whole batch, so the loss sees Ã directly —
-       normalisation happens before the update, never after.
+    4. With ``task_normalize`` (``learner.task_normalize``, the default):
+       ``task_normalize`` over the tokens of the batch's rows whose group has
+       reward spread, so the loss sees Ã directly (normalisation happens before
+       the update, never after). Without it the loss gets the group advantages
+       as they are.
 
     Raises:
         ValueError: when there are no trajectories, a trajectory's arrays have
@@ -145,9 +165,21 @@ def build_batch(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
     )
     rewards = torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32)
 
-    episode_adv = group_advantages(rewards, group_index)  # [B]
+    masked_old = 0
+    if version is not None and max_token_lag is not None:
+        old = loss_mask.bool() & (versions < version - max_token_lag)  # lag > max_token_lag
+        masked_old = int(old.sum())
+        loss_mask[old] = 0.0
+        old_logprobs[old] = 0.0
+        versions[old] = -1
+
+    episode_adv = group_advantages(rewards, group_index)  # [B], exact 0 in flat groups
     token_adv = episode_adv[:, None] * loss_mask  # [B, L]
-    advantages = task_normalize(token_adv, loss_mask, task_index)  # [B, L]
+    if task_normalize:
+        spread = group_spread(rewards, group_index)  # [B]
+        advantages = normalize_per_task(token_adv, loss_mask, task_index, spread)  # [B, L]
+    else:
+        advantages = token_adv
 
     return TrainBatch(
         input_ids=input_ids,
@@ -160,6 +192,7 @@ def build_batch(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
         group_index=group_index,
         rewards=rewards,
         tasks=tasks,
+        masked_old_tokens=masked_old,
     )
 
 

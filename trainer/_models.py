@@ -96,15 +96,16 @@ def load_causal_lm(model_dir: str | Path, *, dtype):
     initialisation), so two threads loading at once can leave one model with
     meta tensors; loads are serialised here.
     """
-    from transformers import AutoModelForCausalLM
+    with _LOAD_LOCK:  # the import too: transformers' lazy module is not thread-safe either
+        from transformers import AutoModelForCausalLM
 
-    with _LOAD_LOCK:
         return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
 
 
 def load_tokenizer(model_dir: str | Path):
     """The tokenizer of a model directory (or hub name), with its chat template."""
-    from transformers import AutoTokenizer
+    with _LOAD_LOCK:  # a first import racing load_causal_lm's fails ("cannot import name")
+        from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not tokenizer.chat_template:

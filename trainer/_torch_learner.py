@@ -7,9 +7,14 @@ Metrics returned by ``step`` (documented here, and only here):
 - ``learner/kl``: k3 KL to the frozen reference, token mean (only if kl_coef > 0).
 - ``learner/approx_kl``: k3 estimate of KL(rollout || learner) on the trained tokens.
 - ``learner/grad_norm``: global gradient norm before clipping.
-- ``learner/clip_frac``: fraction of tokens where the clipped branch was taken.
-- ``learner/dual_clip_frac``: fraction of tokens where the dual clip bound.
-- ``learner/ratio_mean``: mean importance ratio exp(logp - rollout logp).
+- ``learner/lr``: learning rate of this update (after the linear warmup).
+- ``learner/clip_frac``: fraction of tokens where the clipped branch was taken
+  (ratio to the proximal policy: 0 with one optimiser step per batch).
+- ``learner/dual_clip_frac``: fraction of tokens where the dual clip bound (0 likewise).
+- ``learner/ratio_mean``: mean importance ratio exp(logp - rollout logp), untruncated.
+- ``learner/is_weight_mean``: mean truncated importance weight min(w, is_cap) the
+  loss multiplies each token by (``ppo_clip_loss``; 1 on-policy).
+- ``learner/is_clip_frac``: fraction of tokens whose weight w exceeded ``is_cap``.
 - ``learner/entropy``: mean entropy of softmax(logits / T) on trained tokens.
 - ``learner/tokens``: number of trained tokens in the batch.
 - ``learner/micro_batches``: number of forward/backward passes.
@@ -33,8 +38,16 @@ import structlog
 import torch
 
 from ._batch import TrainBatch, micro_batches
-from ._grpo import k3_kl, ppo_clip_loss, token_entropy, token_logprobs
+from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy, token_logprobs
+from ._learner_state import (
+    load_optimizer_state,
+    remove_newer_states,
+    save_optimizer_state,
+    updates_done,
+    warmup_lr,
+)
 from ._models import load_causal_lm
+from ._sft import check_objective, sft_gradients
 
 __all__ = ["LearnerBackend", "TorchLearner", "checkpoint_digest"]
 
@@ -93,23 +106,29 @@ class TorchLearner:
     """GRPO learner on a Hugging Face causal LM (``AutoModelForCausalLM``).
 
     The update reads like DESIGN.md "The method": score the sampled tokens at
-    temperature T, PPO dual-clip against the rollout logprobs with the
-    batch's (already task-normalised) advantages, optional k3 KL to a frozen
-    reference, token mean over the *whole* batch, clip the gradient norm,
-    AdamW. Micro-batches only bound memory: each one's loss is divided by
-    the token count of the whole batch, so accumulating them gives the same
-    gradient as one big batch.
+    temperature T, decoupled PPO with the truncated importance weight to the
+    rollout logprobs (``ppo_clip_loss``) on the batch's (already
+    task-normalised) advantages, k3 KL to a frozen reference, token mean over
+    the *whole* batch, clip the gradient norm, AdamW with a linear warmup.
+    Micro-batches only bound memory: each one's loss is divided by the token
+    count of the whole batch, so accumulating them gives the same gradient as
+    one big batch, and one optimiser step per batch makes the proximal policy
+    the current weights.
 
-    Simplified: no learning-rate schedule, no entropy bonus, the model runs
-    in ``train()`` mode (set dropout to 0 in the model config, as HF causal
-    LMs ship, or the logprob gap will not be 0).
+    Resume: with ``state_dir``, ``save`` also writes the AdamW state of the
+    saved version (``._learner_state``) and a learner built at that version
+    loads it, so its next update equals an uninterrupted learner's.
+
+    Simplified: no entropy bonus, the model runs in ``train()`` mode (set
+    dropout to 0 in the model config, as HF causal LMs ship, or the logprob
+    gap will not be 0).
     """
 
     def __init__(
         self,
         model_dir: str | Path,
         *,
-        lr: float = 1e-6,
+        lr: float = 2e-5,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         grad_clip: float = 1.0,
@@ -117,7 +136,9 @@ class TorchLearner:
         clip_low: float = 0.2,
         clip_high: float = 0.2,
         dual_clip: float | None = 3.0,
-        kl_coef: float = 0.0,
+        kl_coef: float = 1e-4,
+        is_cap: float | None = 2.0,
+        warmup_steps: int = 0,
         micro_batch_tokens: int = 4096,
         device: str = "cpu",
         dtype: str = "float32",
@@ -125,13 +146,25 @@ class TorchLearner:
         gradient_checkpointing: bool = False,
         version: int = 0,
         reference_dir: str | Path | None = None,
+        state_dir: str | Path | None = None,
+        keep_states: int = 2,
+        objective: str = "grpo",
     ) -> None:
         """``reference_dir``: the frozen KL reference (with ``kl_coef > 0``); default
         ``model_dir``. A run resumed from a checkpoint passes its initial model here, so
-        the KL stays to the policy the run started from, not to the resumed weights."""
+        the KL stays to the policy the run started from, not to the resumed weights.
+        ``is_cap``: C of the truncated importance weight; ``warmup_steps``: linear lr
+        warmup. ``state_dir``: where ``save`` writes the AdamW state (``keep_states``
+        newest kept) and from which the state of ``version`` is loaded, if there.
+        ``objective``: ``grpo``, or ``sft`` for the supervised warm start (`._sft`)."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0, got {temperature}: the learner scores tokens "
+                "under softmax(logits / T); greedy (T = 0) tokens cannot be trained on"
+            )
         self.model_dir = Path(model_dir)
         self.grad_clip = grad_clip
         self.temperature = temperature
@@ -139,7 +172,13 @@ class TorchLearner:
         self.clip_high = clip_high
         self.dual_clip = dual_clip
         self.kl_coef = kl_coef
+        self.is_cap = is_cap
+        self.lr = lr
+        self.warmup_steps = warmup_steps
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        self.keep_states = keep_states
         self.micro_batch_tokens = micro_batch_tokens
+        self.objective = check_objective(objective)
         self.device = torch.device(device)
         self.steps = 0  # optimiser updates done so far
         self.version = version  # policy version of the current weights (+1 per step)
@@ -151,10 +190,11 @@ class TorchLearner:
             self.model.gradient_checkpointing_enable()
         self.model.train()
         self.reference: torch.nn.Module | None = None
-        if kl_coef > 0 and reference_dir is not None and Path(reference_dir) != self.model_dir:
+        use_kl = kl_coef > 0 and self.objective == "grpo"  # the SFT loss has no KL term
+        if use_kl and reference_dir is not None and Path(reference_dir) != self.model_dir:
             reference = load_causal_lm(Path(reference_dir), dtype=_DTYPES[dtype])
             self.reference = reference.to(self.device).eval().requires_grad_(False)
-        elif kl_coef > 0:
+        elif use_kl:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -162,6 +202,13 @@ class TorchLearner:
             betas=betas,
             weight_decay=weight_decay,
         )
+        if self.state_dir is not None:
+            remove_newer_states(self.state_dir, version)
+            steps = load_optimizer_state(self.state_dir, version, self.optimizer)
+            if steps is not None:
+                self.steps = steps
+            elif version > 0:
+                log.warning("no learner state for this version: fresh AdamW", version=version)
         log.info("learner_loaded", model_dir=str(self.model_dir), device=device, dtype=dtype)
 
     # --- the update -----------------------------------------------------------
@@ -169,20 +216,25 @@ class TorchLearner:
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """One AdamW update on the whole batch; returns the metrics listed above.
 
-        A batch with no trained token changes nothing and reports zeros.
+        A batch with no trained token changes no weight and reports zeros; the
+        version still advances (the learner actor checkpoints it as the next one).
         """
         self.optimizer.zero_grad(set_to_none=True)
         metrics = self.accumulate_gradients(batch)
+        self.version += 1
         if metrics["learner/tokens"] == 0:
             log.warning("empty_batch", rows=batch.num_rows)
             metrics["learner/grad_norm"] = 0.0
             return metrics
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        lr = warmup_lr(self.lr, updates_done(self.optimizer), self.warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
-        self.version += 1
         metrics["learner/grad_norm"] = float(grad_norm)
+        metrics["learner/lr"] = lr
         return metrics
 
     def accumulate_gradients(self, batch: TrainBatch) -> dict[str, float]:
@@ -192,22 +244,12 @@ class TorchLearner:
         count of the *whole* batch, so the accumulated gradient equals the
         gradient of the batch's token-mean loss.
         """
+        if self.objective == "sft":  # supervised warm start: token-mean NLL at T = 1
+            return sft_gradients(
+                self.model, batch, micro_batch_tokens=self.micro_batch_tokens, device=self.device
+            )
         total_tokens = batch.num_tokens
-        sums = dict.fromkeys(
-            (
-                "pg",
-                "kl",
-                "gap",
-                "gap_cur",
-                "n_cur",
-                "entropy",
-                "clip",
-                "dual",
-                "ratio",
-                "approx_kl",
-            ),
-            0.0,
-        )
+        sums = dict.fromkeys(LOSS_SUMS, 0.0)
         count = 0
         for micro in micro_batches(batch, self.micro_batch_tokens):
             count += 1
@@ -219,8 +261,15 @@ class TorchLearner:
             logp = self._target_logprobs(logits, micro)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
-            pg, stats = ppo_clip_loss(
-                logp, old_logp, adv, mask, self.clip_low, self.clip_high, self.dual_clip
+            pg, stats = ppo_clip_loss(  # proximal policy = these weights (one step per batch)
+                logp,
+                old_logp,
+                adv,
+                mask,
+                self.clip_low,
+                self.clip_high,
+                self.dual_clip,
+                is_cap=self.is_cap,
             )
             pg_sum = pg.sum()
             loss_sum = pg_sum
@@ -246,6 +295,8 @@ class TorchLearner:
             sums["dual"] += float(stats["dual_clip_frac"]) * micro_tokens
             sums["ratio"] += float(stats["ratio_mean"]) * micro_tokens
             sums["approx_kl"] += float(stats["approx_kl"]) * micro_tokens
+            sums["is_weight"] += float(stats["is_weight_mean"]) * micro_tokens
+            sums["is_clip"] += float(stats["is_clip_frac"]) * micro_tokens
 
         denom = max(total_tokens, 1)
         metrics = {
@@ -255,6 +306,8 @@ class TorchLearner:
             "learner/clip_frac": sums["clip"] / denom,
             "learner/dual_clip_frac": sums["dual"] / denom,
             "learner/ratio_mean": sums["ratio"] / denom,
+            "learner/is_weight_mean": sums["is_weight"] / denom,
+            "learner/is_clip_frac": sums["is_clip"] / denom,
             "learner/entropy": sums["entropy"] / denom,
             "learner/tokens": float(total_tokens),
             "learner/micro_batches": float(count),
@@ -302,6 +355,7 @@ class TorchLearner:
 
         Copies the tokenizer files found in ``model_dir`` alongside, and
         writes the digest (see ``checkpoint_digest``) to ``out_dir/DIGEST``.
+        With ``state_dir``, then writes the AdamW state of this version there.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -313,4 +367,8 @@ class TorchLearner:
         digest = checkpoint_digest(out)
         (out / DIGEST_FILE).write_text(digest + "\n")
         log.info("checkpoint_saved", out_dir=str(out), digest=digest, steps=self.steps)
+        if self.state_dir is not None:
+            save_optimizer_state(
+                self.state_dir, self.version, self.optimizer, self.steps, keep=self.keep_states
+            )
         return digest

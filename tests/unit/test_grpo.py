@@ -16,6 +16,7 @@ from agentrl.trainer import (
     build_batch,
     episode_reward,
     group_advantages,
+    group_spread,
     k3_kl,
     micro_batches,
     ppo_clip_loss,
@@ -66,9 +67,24 @@ def test_group_advantages_hand_values() -> None:
     # group 5: mean 1/3, deviations (2/3, -1/3, -1/3), sum sq 2/3, /2 -> var 1/3, std 1/sqrt(3)
     #   A = (2/3)*sqrt(3) = 1.154701, (-1/3)*sqrt(3) = -0.577350
     expected5 = [2 / 3 * SQRT3, -1 / 3 * SQRT3, -1 / 3 * SQRT3]
-    # group 9: a single episode -> 0; group 2: equal rewards -> 0 / (0 + 1e-6) = 0
+    # group 9: a single episode -> 0; group 2: equal rewards (max == min) -> exactly 0
     expected = torch.tensor([*expected0, *expected5, 0.0, 0.0, 0.0])
     torch.testing.assert_close(adv, expected, atol=1e-5, rtol=1e-5)
+    assert group_spread(rewards, groups).tolist() == [True] * 7 + [False] * 3  # groups 9, 2 flat
+
+
+def test_a_flat_group_gets_exactly_zero_advantage() -> None:
+    rewards = torch.full((8,), -0.2)  # eight failures: every reward is the penalty
+    groups = torch.zeros(8, dtype=torch.long)
+    # In float32 mean(8 x -0.2) != -0.2, so (R - mean) / (std + 1e-6) used to leave
+    # +0.0147 on every episode; max == min now gives exact zeros.
+    assert torch.equal(group_advantages(rewards, groups), torch.zeros(8))
+    assert not group_spread(rewards, groups).any()
+    # A spread group keeps an episode that sits exactly on the mean: (0, 0.5, 1) has
+    # mean 0.5, sample std 0.5 -> A = (-1, 0, 1) (/ (0.5 + 1e-6)), all three "spread".
+    mixed = group_advantages(torch.tensor([0.0, 0.5, 1.0]), torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(mixed, torch.tensor([-1.0, 0.0, 1.0]), atol=1e-5, rtol=0)
+    assert group_spread(torch.tensor([0.0, 0.5, 1.0]), torch.zeros(3, dtype=torch.long)).all()
 
 
 def test_group_advantages_rejects_mismatched_shapes() -> None:
@@ -83,12 +99,51 @@ def test_task_normalize_hand_values() -> None:
     adv = torch.tensor([[2.0, 2.0, 9.0], [-1.0, 7.0, 7.0], [5.0, 5.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     task = torch.tensor([0, 0, 1])
-    out = task_normalize(adv, mask, task)
+    out = task_normalize(adv, mask, task, torch.tensor([True, True, True]))
     # task 0 masked values (2, 2, -1): mean 1, sample std sqrt((1 + 1 + 4) / 2) = sqrt(3)
     #   -> (1/sqrt3, 1/sqrt3, -2/sqrt3) = (0.577350, 0.577350, -1.154701)
     # task 1 has one masked token: sigma 0 and A == mu -> 0. Unmasked stay 0 (the 9s and 7s).
     expected = torch.tensor([[1 / SQRT3, 1 / SQRT3, 0.0], [-2 / SQRT3, 0.0, 0.0], [0.0, 0.0, 0.0]])
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_task_normalize_uses_only_rows_of_groups_with_spread() -> None:
+    adv = torch.tensor(
+        [
+            [3.0, 1.0, 0.0],  # task 0, spread group
+            [-1.0, 0.0, 0.0],  # task 0, spread group
+            [0.2, 0.2, 0.2],  # task 0, flat group (a float residue)
+            [0.01, 0.01, 0.0],  # task 1, flat group only
+            [-0.01, 0.0, 0.0],  # task 1, flat group only
+        ]
+    )
+    mask = torch.tensor(
+        [
+            [1.0, 1.0, 0.0],
+            [1.0, 0.0, 0.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 0.0],
+            [1.0, 0.0, 0.0],
+        ]
+    )
+    task = torch.tensor([0, 0, 0, 1, 1])
+    spread = torch.tensor([True, True, False, False, False])
+    out = task_normalize(adv, mask, task, spread)
+    # task 0 over the spread rows only: (3, 1, -1), mean 1, sample std sqrt((4 + 0 + 4) / 2) = 2
+    #   -> (1, 0, -1); the flat row stays exactly 0 (counted in, its three 0.2s would move
+    #   the mean to 3.6 / 6 = 0.6, std sqrt(8.96 / 5) = 1.3387: (0.2 - 0.6) / 1.3387 = -0.299).
+    # task 1 has no spread group: all exactly 0 (before: its ±0.01 residue became ~±1).
+    expected = torch.tensor(
+        [
+            [1.0, 0.0, 0.0],
+            [-1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(out[2:], torch.zeros(3, 3))  # exact zeros, not merely small
 
 
 # --- ppo_clip_loss ------------------------------------------------------------------
@@ -104,8 +159,10 @@ def _ppo_case() -> tuple[torch.Tensor, ...]:
 
 
 def test_ppo_clip_loss_with_dual_clip_hand_values() -> None:
+    # Several optimiser steps per batch: the proximal policy is `old`, which here also
+    # sampled the tokens (w = 1), so this is plain PPO on r = pi / pi_old.
     logp, old, adv, mask = _ppo_case()
-    loss, stats = ppo_clip_loss(logp, old, adv, mask)
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, prox_logp=old)
     # pg = max(-A r, -A clip(r, 0.8, 1.2)); where A < 0: min(pg, -3A)
     # 1: A= 1, r=1.5: max(-1.5, -1.2) = -1.2            (clipped branch)
     # 2: A= 1, r=0.5: max(-0.5, -0.8) = -0.5
@@ -120,6 +177,8 @@ def test_ppo_clip_loss_with_dual_clip_hand_values() -> None:
     assert stats["ratio_mean"].item() == pytest.approx(8.6 / 5, rel=1e-5)  # (1.5+.5+1.1+5+.5)/5
     # approx_kl = mean(r - 1 - ln r) = (0.094535 + 0.193147 + 0.004690 + 2.390562 + 0.193147) / 5
     assert stats["approx_kl"].item() == pytest.approx(2.876081 / 5, rel=1e-5)
+    assert stats["is_weight_mean"].item() == pytest.approx(1.0)  # behaviour == proximal: w = 1
+    assert stats["is_clip_frac"].item() == 0.0
 
     # Gradient d pg / d logp = d pg / d r * r: 0 on clipped and dual-clipped tokens,
     # -A r on unclipped: token 2: -0.5, token 3: 1.1.
@@ -131,14 +190,14 @@ def test_ppo_clip_loss_with_dual_clip_hand_values() -> None:
 
 def test_ppo_clip_loss_without_dual_clip() -> None:
     logp, old, adv, mask = _ppo_case()
-    loss, stats = ppo_clip_loss(logp, old, adv, mask, dual_clip=None)
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, dual_clip=None, prox_logp=old)
     assert loss[0, 3].item() == pytest.approx(5.0, rel=1e-5)  # -A r = 5, no bound
     assert stats["dual_clip_frac"].item() == 0.0
 
 
 def test_ppo_clip_loss_asymmetric_clip() -> None:
     logp, old, adv, mask = _ppo_case()
-    loss, _ = ppo_clip_loss(logp, old, adv, mask, clip_low=0.1, clip_high=0.4)
+    loss, _ = ppo_clip_loss(logp, old, adv, mask, clip_low=0.1, clip_high=0.4, prox_logp=old)
     # token 1: A=1, r=1.5: max(-1.5, -1.4) = -1.4; token 5: A=-2, r=0.5: max(1.0, 1.8) = 1.8
     assert loss[0, 0].item() == pytest.approx(-1.4, rel=1e-5)
     assert loss[0, 4].item() == pytest.approx(1.8, rel=1e-5)
@@ -148,6 +207,76 @@ def test_ppo_clip_loss_rejects_dual_clip_below_one() -> None:
     logp, old, adv, mask = _ppo_case()
     with pytest.raises(ValueError, match="dual_clip"):
         ppo_clip_loss(logp, old, adv, mask, dual_clip=0.9)
+    with pytest.raises(ValueError, match="is_cap"):
+        ppo_clip_loss(logp, old, adv, mask, is_cap=0.5)
+
+
+def _decoupled_case() -> tuple[torch.Tensor, ...]:
+    """Current logprobs and behaviour logprobs with w = pi / pi_behav = 0.5, 1.5, 4, 10, 1."""
+    logp = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.0]], requires_grad=True)
+    weight = torch.tensor([[0.5, 1.5, 4.0, 10.0, 1.0]])
+    behav = logp.detach() - weight.log()
+    adv = torch.tensor([[1.0, -1.0, 2.0, -2.0, 3.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    return logp, behav, adv, mask
+
+
+def test_decoupled_loss_with_truncated_importance_weight_hand_values() -> None:
+    # One optimiser step per batch: proximal = current weights, r = exp(logp - sg(logp)) = 1,
+    # loss = -min(w, C) A exp(logp - sg(logp)) with C = 2 (the default is_cap).
+    logp, behav, adv, mask = _decoupled_case()
+    loss, stats = ppo_clip_loss(logp, behav, adv, mask)
+    # 1: w = 0.5,          A =  1 -> -0.5 * 1  = -0.5
+    # 2: w = 1.5,          A = -1 -> -1.5 * -1 =  1.5
+    # 3: w = 4 -> min 2,   A =  2 -> -2 * 2    = -4.0   (truncated)
+    # 4: w = 10 -> min 2,  A = -2 -> -2 * -2   =  4.0   (truncated)
+    # 5: masked -> 0
+    expected = torch.tensor([[-0.5, 1.5, -4.0, 4.0, 0.0]])
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    # d loss / d logp = -min(w, C) A: the same numbers (d exp(logp - sg(logp)) / d logp = 1)
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, expected, atol=1e-5, rtol=1e-5)
+    assert stats["clip_frac"].item() == 0.0  # r = 1 never reaches a clip bound
+    assert stats["dual_clip_frac"].item() == 0.0
+    assert stats["is_weight_mean"].item() == pytest.approx(1.5)  # (0.5 + 1.5 + 2 + 2) / 4
+    assert stats["is_clip_frac"].item() == pytest.approx(0.5)  # tokens 3 and 4 of 4
+    assert stats["ratio_mean"].item() == pytest.approx(4.0, rel=1e-5)  # (0.5 + 1.5 + 4 + 10) / 4
+    # approx_kl = mean(w - 1 - ln w) = (0.193147 + 0.094535 + 1.613706 + 6.697415) / 4
+    assert stats["approx_kl"].item() == pytest.approx(8.598803 / 4, rel=1e-5)
+
+    untruncated, _ = ppo_clip_loss(logp, behav, adv, mask, is_cap=None)
+    assert untruncated[0, 3].item() == pytest.approx(20.0, rel=1e-5)  # -10 * -2, no cap
+
+
+def test_decoupled_loss_with_a_proximal_policy_apart_from_both() -> None:
+    # Several steps per batch: r = pi / pi_prox is clipped as in PPO, then weighted by
+    # min(pi_prox / pi_behav, C).
+    prox = torch.tensor([[-1.0, -1.0]])
+    logp = prox + torch.tensor([[1.5, 5.0]]).log()  # r = 1.5, 5
+    behav = prox - torch.tensor([[0.5, 4.0]]).log()  # w = 0.5, 4 (-> 2)
+    adv = torch.tensor([[1.0, -1.0]])
+    loss, stats = ppo_clip_loss(logp, behav, adv, torch.ones(1, 2), prox_logp=prox)
+    # 1: A =  1, r = 1.5: max(-1.5, -1.2) = -1.2 (clipped), * 0.5 = -0.6
+    # 2: A = -1, r = 5:   max(5, 1.2) = 5, min(5, 3) = 3 (dual clip), * min(4, 2) = 6
+    torch.testing.assert_close(loss, torch.tensor([[-0.6, 6.0]]), atol=1e-5, rtol=1e-5)
+    assert stats["clip_frac"].item() == pytest.approx(0.5)
+    assert stats["dual_clip_frac"].item() == pytest.approx(0.5)
+
+
+def test_log_ratios_are_clamped_before_exp() -> None:
+    logp = torch.tensor([[-1.0, -50.0]], requires_grad=True)
+    behav = torch.tensor([[-51.0, -1.0]])  # log w = +50 and -49: clamped to +20 and -20
+    adv = torch.tensor([[1.0, 1.0]])
+    loss, stats = ppo_clip_loss(logp, behav, adv, torch.ones(1, 2), is_cap=None)
+    # w = e^20 = 4.851652e8 and e^-20 = 2.061154e-9 (not inf and not 0 * nan)
+    torch.testing.assert_close(
+        loss, -torch.tensor([[math.exp(20.0), math.exp(-20.0)]]), rtol=1e-5, atol=0
+    )
+    assert torch.isfinite(stats["approx_kl"])
+    # k3 KL: delta = ref - logp = 30 -> clamped 20: e^20 - 20 - 1 = 4.851652e8
+    assert k3_kl(torch.tensor([-40.0]), torch.tensor([-10.0])).item() == pytest.approx(
+        math.exp(20.0) - 21.0, rel=1e-5
+    )
 
 
 # --- k3_kl, token_mean, token_logprobs -----------------------------------------------
@@ -185,6 +314,12 @@ def test_token_logprobs_hand_values_and_temperature() -> None:
         atol=1e-5,
         rtol=0,
     )
+
+
+def test_token_logprobs_refuses_greedy_temperature() -> None:
+    logits = torch.zeros(1, 2, 3)
+    with pytest.raises(ValueError, match="greedy"):
+        token_logprobs(logits, torch.zeros(1, 2, dtype=torch.long), 0.0)
 
 
 def test_token_logprobs_chunks_match_log_softmax() -> None:
@@ -269,6 +404,95 @@ def test_build_batch_advantages_are_task_normalised_before_the_loss() -> None:
         assert token_mean(batch.advantages[rows], batch.loss_mask[rows]).item() == pytest.approx(
             0.0, abs=1e-6
         )
+
+
+def test_build_batch_does_not_reinforce_a_long_all_fail_group() -> None:
+    trajectories = [
+        # group g1 (spread): the success is short, the failure long
+        traj("g1", "os", 1.0, [0, 1]),  # 1 token, A = +0.707107
+        traj("g1", "os", 0.0, [0, 1, 1, 1]),  # 3 tokens, A = -0.707107
+        # group g2 (flat): two long failures, every reward the penalty
+        traj("g2", "os", -0.2, [0, 1, 1, 1, 1]),
+        traj("g2", "os", -0.2, [0, 1, 1, 1, 1]),
+    ]
+    batch = build_batch(trajectories, pad_id=0)
+    # task statistics over g1's tokens only: (0.7071, -0.7071 x3): mean -0.353553,
+    #   sample std sqrt((1.125 + 3 * 0.125) / 3) = 0.707107 -> (1.5, -0.5, -0.5, -0.5)
+    # g2 stays exactly 0. Before, its 8 zero tokens entered the statistics (12 values:
+    #   mean -0.117851, std 0.408248) and each got +0.288675: the failures were reinforced.
+    expected = torch.tensor(
+        [
+            [1.5, 0.0, 0.0, 0.0, 0.0],
+            [-0.5, -0.5, -0.5, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(batch.advantages, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(batch.advantages[2:], torch.zeros(2, 5))
+    assert batch.num_tokens == 12  # the flat group still counts in the token-mean denominator
+
+
+def test_build_batch_gives_zeros_to_a_task_without_a_mixed_group() -> None:
+    trajectories = [
+        traj("g1", "alf", 1.0, [0, 1, 1]),
+        traj("g1", "alf", 0.0, [0, 1]),
+        traj("g2", "db", -0.2, [0, 1, 1, 1]),  # "db": one group, all failed
+        traj("g2", "db", -0.2, [0, 1]),
+    ]
+    batch = build_batch(trajectories, pad_id=0)
+    # alf as in the test above: (0.7071, 0.7071, -0.7071) -> (0.57735, 0.57735, -1.154701)
+    # db: no group with spread -> exactly 0 (before: float residue normalised to ~±1)
+    assert torch.equal(batch.advantages[2:], torch.zeros(2, 4))
+    torch.testing.assert_close(
+        batch.advantages[0, :2], torch.tensor([1 / SQRT3, 1 / SQRT3]), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_build_batch_without_task_normalisation_keeps_group_advantages() -> None:
+    trajectories = [
+        traj("g1", "alf", 1.0, [0, 1, 1]),
+        traj("g1", "alf", 0.0, [0, 1]),
+        traj("g2", "db", -0.2, [0, 1, 1, 1]),
+        traj("g2", "db", 1.0, [0, 1]),
+    ]
+    batch = build_batch(trajectories, pad_id=0, task_normalize=False)
+    a = 1 / math.sqrt(2.0)  # two rewards, sample std |R1 - R2| / sqrt(2): A = ±1/sqrt(2)
+    expected = torch.tensor(
+        [[a, a, 0.0, 0.0], [-a, 0.0, 0.0, 0.0], [-a, -a, -a, 0.0], [a, 0.0, 0.0, 0.0]]
+    )
+    torch.testing.assert_close(batch.advantages, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_build_batch_masks_tokens_older_than_max_token_lag() -> None:
+    old = traj(
+        "g",
+        "os",
+        1.0,
+        [0, 1, 1, 1],
+        logprobs=[0.0, -0.1, -0.2, -0.3],
+        versions=[-1, 5, 6, 7],
+    )
+    fresh = traj("g", "os", 0.0, [0, 1], versions=[-1, 9])
+    batch = build_batch([old, fresh], pad_id=0, version=10, max_token_lag=4)
+    # lags 10 - (5, 6, 7) = 5, 4, 3 and 10 - 9 = 1: only the version-5 token (lag 5 > 4) goes
+    assert batch.masked_old_tokens == 1
+    assert batch.loss_mask.tolist() == [[0, 1, 1, 0], [1, 0, 0, 0]]
+    assert batch.versions.tolist() == [[-1, 6, 7, -1], [9, -1, -1, -1]]
+    torch.testing.assert_close(
+        batch.old_logprobs, torch.tensor([[0.0, -0.2, -0.3, 0.0], [-0.5, 0.0, 0.0, 0.0]])
+    )
+    assert batch.advantages[0, 0].item() == 0.0  # the masked token trains on nothing
+    # task statistics over the 3 remaining tokens (0.7071, 0.7071, -0.7071): (0.577, 0.577, -1.155)
+    torch.testing.assert_close(
+        batch.advantages[:, :3],
+        torch.tensor([[0.0, 1 / SQRT3, 1 / SQRT3], [-2 / SQRT3, 0.0, 0.0]]),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    # without the learner's version (or the bound) nothing is masked
+    assert build_batch([old, fresh], pad_id=0, max_token_lag=4).masked_old_tokens == 0
+    assert build_batch([old, fresh], pad_id=0, version=10).num_tokens == 4
 
 
 def test_build_batch_rejects_bad_trajectories() -> None:

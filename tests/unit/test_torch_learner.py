@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
 from pathlib import Path
 
 import pytest
@@ -227,5 +229,129 @@ def test_empty_batch_changes_nothing(model_dir: Path) -> None:
     metrics = learner.step(batch)
     assert metrics["learner/tokens"] == 0.0
     assert learner.steps == 0
+    assert learner.version == 1  # the actor checkpoints the unchanged weights as v1
     for p, q in zip(before, learner.model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def grads(learner: TorchLearner) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in learner.model.parameters()])
+
+
+def test_stale_tokens_are_weighted_by_the_truncated_importance_weight(model_dir: Path) -> None:
+    fresh, stale = TorchLearner(model_dir, kl_coef=0.0), TorchLearner(model_dir, kl_coef=0.0)
+    batch = on_policy(fresh, make_batch())
+    batch = dataclasses.replace(batch, advantages=batch.loss_mask.clone())  # A = +1
+    # sampled by a policy that gave each token a quarter of the current probability:
+    # w = pi / pi_behav = 4 on every token, truncated to min(4, C = 2) = 2
+    old = dataclasses.replace(
+        batch, old_logprobs=batch.old_logprobs - math.log(4.0) * batch.loss_mask
+    )
+    m_fresh = fresh.accumulate_gradients(batch)
+    m_stale = stale.accumulate_gradients(old)
+    assert m_fresh["learner/is_weight_mean"] == pytest.approx(1.0, abs=1e-5)  # on-policy: w = 1
+    assert m_fresh["learner/is_clip_frac"] == 0.0
+    assert m_stale["learner/is_weight_mean"] == pytest.approx(2.0)  # min(4, 2)
+    assert m_stale["learner/is_clip_frac"] == 1.0  # every token above the cap
+    assert m_stale["learner/ratio_mean"] == pytest.approx(4.0, rel=1e-4)  # untruncated w
+    assert m_fresh["learner/pg_loss"] == pytest.approx(-1.0, abs=1e-5)  # -w A = -1
+    assert m_stale["learner/pg_loss"] == pytest.approx(-2.0, abs=1e-5)  # -2 A = -2
+    assert m_stale["learner/clip_frac"] == m_stale["learner/dual_clip_frac"] == 0.0  # r = 1
+    # the loss is linear in the (detached) weight: the gradient exactly doubles
+    torch.testing.assert_close(grads(stale), 2 * grads(fresh), atol=1e-7, rtol=1e-5)
+
+
+def test_linear_warmup_of_the_learning_rate(model_dir: Path) -> None:
+    learner = TorchLearner(model_dir, lr=1e-3, warmup_steps=4, kl_coef=0.0)
+    batch = on_policy(learner, make_batch())
+    lrs = [learner.step(batch)["learner/lr"] for _ in range(5)]
+    # lr * min(1, (k + 1) / 4) for updates k = 0..4
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    assert TorchLearner(model_dir, lr=1e-3, kl_coef=0.0).step(batch)["learner/lr"] == 1e-3
+
+
+def test_a_resumed_learner_updates_exactly_like_an_uninterrupted_one(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    hyper = dict(lr=1e-2, kl_coef=0.1, warmup_steps=3, weight_decay=0.01)
+    first = make_batch()
+    second = dataclasses.replace(first, advantages=-first.advantages)
+    state = tmp_path / "learner_state"
+    straight = TorchLearner(model_dir, state_dir=state, **hyper)
+    straight.step(first)
+    straight.save(tmp_path / "v1")  # + learner_state/v000001 (AdamW moments, step 1)
+    expected = straight.step(second)
+
+    resumed = TorchLearner(
+        tmp_path / "v1", version=1, reference_dir=model_dir, state_dir=state, **hyper
+    )
+    assert resumed.steps == 1
+    got = resumed.step(second)
+    assert got == expected  # every metric, learner/lr = 1e-2 * 2 / 3 included
+    assert got["learner/lr"] == pytest.approx(1e-2 * 2 / 3)
+    for (name, a), b in zip(
+        straight.model.named_parameters(), resumed.model.parameters(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+    # Without the state AdamW starts afresh (moments 0, warmup from 1/3): another update.
+    fresh = TorchLearner(tmp_path / "v1", version=1, reference_dir=model_dir, **hyper)
+    assert fresh.step(second)["learner/lr"] == pytest.approx(1e-2 / 3)
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(straight.model.parameters(), fresh.model.parameters(), strict=True)
+    )
+
+
+def test_resuming_drops_states_newer_than_the_checkpoint(model_dir: Path, tmp_path: Path) -> None:
+    state = tmp_path / "learner_state"
+    learner = TorchLearner(model_dir, lr=1e-2, kl_coef=0.0, state_dir=state)
+    batch = on_policy(learner, make_batch())
+    for v in (1, 2):
+        learner.step(batch)
+        learner.save(tmp_path / f"v{v}")
+    assert sorted(p.name for p in state.iterdir()) == ["v000001", "v000002"]
+    # the checkpoint v2 was never announced: resume from v1, v2's state is an orphan
+    TorchLearner(tmp_path / "v1", version=1, kl_coef=0.0, state_dir=state)
+    assert sorted(p.name for p in state.iterdir()) == ["v000001"]
+
+
+def test_greedy_temperature_is_refused(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="greedy"):
+        TorchLearner(model_dir, temperature=0.0)
+
+
+def test_the_learner_scores_a_top_p_token_as_the_sampler_recorded_it(model_dir: Path) -> None:
+    from agentrl.actors._sampling import sample_tokens
+
+    learner = TorchLearner(model_dir, temperature=0.7, kl_coef=0.0)
+    prompt = [5, 9, 14, 3]
+    with torch.no_grad():
+        logits = learner.model(input_ids=torch.tensor([prompt])).logits[:, -1]  # [1, V]
+    (token,), (recorded,) = sample_tokens(
+        logits, temperatures=[0.7], top_ps=[0.5], generators=[torch.Generator().manual_seed(0)]
+    )
+    # the sampler records log_softmax(logits / T) at the token, *before* the nucleus cut
+    full = torch.log_softmax(logits[0] / 0.7, dim=-1)
+    assert recorded == pytest.approx(full[token].item(), abs=1e-6)
+    probs = full.exp().sort(descending=True).values
+    nucleus = probs[(probs.cumsum(0) - probs) < 0.5].sum().item()  # mass Z of the top-p set
+    assert nucleus < 0.9  # so the truncated distribution's logprob, log p - log Z, differs
+    assert abs((full[token].item() - math.log(nucleus)) - recorded) > 0.1
+    # ... and the learner scores the same untruncated distribution (position 3 -> token 4)
+    batch = build_batch(
+        [trajectory([0, 0, 0, 0, 1], logprob=recorded, token_ids=[*prompt, token])], pad_id=0
+    )
+    assert learner.logprobs(batch)[0, 3].item() == pytest.approx(recorded, abs=1e-5)
+
+
+def test_constructor_defaults_are_the_run_configs() -> None:
+    from agentrl.ops._config import LearnerConfig
+
+    config = LearnerConfig()
+    defaults = inspect.signature(TorchLearner.__init__).parameters
+    for name in ("lr", "kl_coef", "is_cap", "warmup_steps", "weight_decay", "grad_clip"):
+        assert defaults[name].default == getattr(config, name), name
+    assert config.lr == 2e-5  # the calculator demo's learning rate
+    assert config.kl_coef == 1e-4  # DESIGN.md "Loss": k3 KL to a frozen reference, coef 1e-4
+    assert config.task_normalize is True

@@ -59,7 +59,7 @@ class MegatronSpec:
     """Pipeline-parallel size."""
     dp: int = 1
     """Data-parallel size; world = tp * pp * dp."""
-    lr: float = 1e-6
+    lr: float = 2e-5
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
@@ -67,7 +67,11 @@ class MegatronSpec:
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = 3.0
-    kl_coef: float = 0.0
+    kl_coef: float = 1e-4
+    is_cap: float | None = 2.0
+    """C of the truncated importance weight (``ppo_clip_loss``)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warmup over the first N AdamW updates."""
     micro_batch_tokens: int = 4096
     dtype: str = "float32"
     seed: int = 0
@@ -84,6 +88,8 @@ class MegatronSpec:
     """States kept on disk (0 keeps all)."""
     threads: int = 0
     """torch intra-op threads per rank; 0 leaves torch's default."""
+    objective: str = "grpo"
+    """``grpo``, or ``sft``: the warm start's NLL (``agentrl.trainer._sft``)."""
     master_port: int = 0
     """TCP port of the process group's rendezvous on 127.0.0.1 (set by rank 0)."""
 

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 
 from .._batch import TrainBatch
+from .._learner_state import updates_done, warmup_lr
+from .._sft import check_objective
 from .._torch_learner import DIGEST_FILE, TOKENIZER_FILES, checkpoint_digest
 from ._convert import gather_hf_state, load_hf_into
 from ._launch import (
@@ -134,7 +136,7 @@ class RankTrainer:
         self.model.train()
         _recompute_core_attention(self.model)
         reference = None
-        if spec.kl_coef > 0:
+        if spec.kl_coef > 0 and spec.objective == "grpo":  # the SFT loss has no KL term
             if spec.reference_dir is not None and Path(spec.reference_dir) != self.model_dir:
                 hf_state = read_hf_state(Path(spec.reference_dir))
             reference = build_gpt_model(self.hf_config, dtype=dtype)
@@ -158,6 +160,8 @@ class RankTrainer:
                 dual_clip=spec.dual_clip,
                 kl_coef=spec.kl_coef,
                 vocab_size=self.hf_config.vocab_size,
+                objective=spec.objective,
+                is_cap=spec.is_cap,
             ),
             grad_clip=spec.grad_clip,
             micro_batch_tokens=spec.micro_batch_tokens,
@@ -192,11 +196,18 @@ class RankTrainer:
             )
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
-        """The GRPO update (collective); metrics are the same on every rank."""
+        """The GRPO update (collective); metrics are the same on every rank.
+
+        An empty batch changes no weight but advances the version, as in TorchLearner.
+        """
+        lr = warmup_lr(self.spec.lr, updates_done(self.optimizer), self.spec.warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         metrics, stepped = self.update.step(batch, self.version)
+        self.version += 1
         if stepped:
             self.steps += 1
-            self.version += 1
+            metrics["learner/lr"] = lr
         else:
             log.warning("empty_batch", rows=batch.num_rows)
         return metrics
@@ -253,7 +264,7 @@ class MegatronLearner:
         tp: int = 1,
         pp: int = 1,
         dp: int = 1,
-        lr: float = 1e-6,
+        lr: float = 2e-5,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         grad_clip: float = 1.0,
@@ -261,7 +272,9 @@ class MegatronLearner:
         clip_low: float = 0.2,
         clip_high: float = 0.2,
         dual_clip: float | None = 3.0,
-        kl_coef: float = 0.0,
+        kl_coef: float = 1e-4,
+        is_cap: float | None = 2.0,
+        warmup_steps: int = 0,
         micro_batch_tokens: int = 4096,
         dtype: str = "float32",
         seed: int = 0,
@@ -271,10 +284,15 @@ class MegatronLearner:
         state_every: int = 1,
         keep_states: int = 2,
         threads: int = 0,
+        objective: str = "grpo",
     ) -> None:
         if min(tp, pp, dp) < 1 or state_every < 1:
             raise ValueError(
                 f"tp, pp, dp, state_every must be >= 1 (got {tp}, {pp}, {dp}, {state_every})"
+            )
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (greedy tokens cannot be trained on), got {temperature}"
             )
         if dist.is_initialized():
             raise RuntimeError("a torch.distributed process group already exists in this process")
@@ -293,6 +311,8 @@ class MegatronLearner:
             clip_high=clip_high,
             dual_clip=dual_clip,
             kl_coef=kl_coef,
+            is_cap=is_cap,
+            warmup_steps=warmup_steps,
             micro_batch_tokens=micro_batch_tokens,
             dtype=dtype,
             seed=seed,
@@ -302,6 +322,7 @@ class MegatronLearner:
             state_every=state_every,
             keep_states=keep_states,
             threads=threads,
+            objective=check_objective(objective),
             master_port=free_port(),
         )
         self._procs: list[subprocess.Popen] = spawn_workers(self.spec)

@@ -1,8 +1,10 @@
 """One GRPO update on every rank, through Megatron's forward/backward schedule.
 
-The maths is the torch backend's (``agentrl.trainer._grpo``): PPO dual-clip on
-the batch's task-normalised advantages, optional k3 KL to a frozen reference,
-token mean over the *whole* batch. What changes is where the numbers live:
+The maths is the torch backend's (``agentrl.trainer._grpo``): decoupled PPO with
+the truncated importance weight to the rollout logprobs on the batch's
+task-normalised advantages (one optimiser step per batch: the proximal policy
+is the current weights), optional k3 KL to a frozen reference, token mean over
+the *whole* batch. What changes is where the numbers live:
 
 - logits are vocab-parallel (``[b, l, V / tp]`` on each TP rank), so target
   logprobs come from ``tensor_parallel.vocab_parallel_cross_entropy``
@@ -30,13 +32,12 @@ import torch
 import torch.distributed as dist
 
 from .._batch import TrainBatch, micro_batches
+from .._grpo import LOSS_SUMS as _SUMS
 from .._grpo import k3_kl, ppo_clip_loss
+from .._sft import masked_nll
 from ._model import mask_padded_logits
 
 __all__ = ["LossSettings", "MegatronUpdate", "vocab_parallel_entropy", "vocab_parallel_logprobs"]
-
-_SUMS = ("pg", "kl", "gap", "gap_cur", "n_cur", "entropy", "clip", "dual", "ratio", "approx_kl")
-"""Per-token sums each micro-batch adds up; the metrics are these over the batch's tokens."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class LossSettings:
     kl_coef: float
     vocab_size: int
     """The model's real vocabulary; logit columns beyond it are TP padding, masked out."""
+    objective: str = "grpo"
+    """``grpo``, or ``sft``: the warm start's token-mean NLL at T = 1 (``.._sft``)."""
+    is_cap: float | None = 2.0
+    """C of the truncated importance weight min(w, C) (``ppo_clip_loss``)."""
 
 
 def _tp_group():
@@ -222,6 +227,8 @@ class MegatronUpdate:
             "learner/clip_frac": s["clip"] / denom,
             "learner/dual_clip_frac": s["dual"] / denom,
             "learner/ratio_mean": s["ratio"] / denom,
+            "learner/is_weight_mean": s["is_weight"] / denom,
+            "learner/is_clip_frac": s["is_clip"] / denom,
             "learner/entropy": s["entropy"] / denom,
             "learner/tokens": float(total),
             "learner/micro_batches": float(count),
@@ -290,13 +297,26 @@ class MegatronUpdate:
         cfg = self.loss
         dev = self.device
         mask = micro.loss_mask.to(dev)
+        if cfg.objective == "sft":  # the warm start (agentrl sft): token-mean NLL at T = 1
+            logp = vocab_parallel_logprobs(logits, micro.targets().to(dev), 1.0, cfg.vocab_size)
+            nll = masked_nll(logp, mask)
+            sums = torch.zeros(len(_SUMS), dtype=torch.float64)
+            sums[_SUMS.index("pg")] = nll.item()  # learner/loss = the NLL (no KL term)
+            return nll / total, torch.tensor(int(mask.sum()), device=dev), {"sums": sums}
         tokens = float(mask.sum())
         targets = micro.targets().to(dev)
         logp = vocab_parallel_logprobs(logits, targets, cfg.temperature, cfg.vocab_size)
         old_logp = micro.old_logprobs.to(dev)
         adv = micro.advantages.to(dev)
-        pg, stats = ppo_clip_loss(
-            logp, old_logp, adv, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip
+        pg, stats = ppo_clip_loss(  # proximal policy = these weights (one step per batch)
+            logp,
+            old_logp,
+            adv,
+            mask,
+            cfg.clip_low,
+            cfg.clip_high,
+            cfg.dual_clip,
+            is_cap=cfg.is_cap,
         )
         pg_sum = pg.sum()
         loss_sum = pg_sum
@@ -320,6 +340,8 @@ class MegatronUpdate:
                     float(stats["dual_clip_frac"]) * tokens,
                     float(stats["ratio_mean"]) * tokens,
                     float(stats["approx_kl"]) * tokens,
+                    float(stats["is_weight_mean"]) * tokens,
+                    float(stats["is_clip_frac"]) * tokens,
                 ],
                 dtype=torch.float64,
             )

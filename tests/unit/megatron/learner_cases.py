@@ -11,8 +11,17 @@ from tests.unit.records import trajectory
 
 from .tiny import MODELS, VOCAB
 
-HYPER = dict(lr=2e-4, micro_batch_tokens=24, kl_coef=0.1, temperature=0.8, weight_decay=0.01)
-"""Learner settings of every comparison: KL on (reference passes), several micro-batches."""
+HYPER = dict(
+    lr=2e-4,
+    micro_batch_tokens=24,
+    kl_coef=0.1,
+    temperature=0.8,
+    weight_decay=0.01,
+    warmup_steps=2,
+    is_cap=2.0,
+)
+"""Learner settings of every comparison: KL on (reference passes), several micro-batches,
+the lr warmup (its step count resumes with AdamW's), truncated importance weights."""
 
 TOL = 1e-5
 """Largest allowed difference between two layouts or backends (float32, CPU)."""
@@ -27,15 +36,24 @@ def save_model(kind: str, directory: Path) -> Path:
 
 
 def make_batch(seed: int) -> TrainBatch:
-    """Six episodes, three groups, two tasks, lengths 5..12, stale rollout logprobs."""
+    """Six episodes, three groups, two tasks, lengths 5..12, stale rollout logprobs (one row
+    so stale that its importance weights exceed the cap and are truncated)."""
     gen = torch.Generator().manual_seed(seed)
 
-    def traj(group: str, task: str, reward: float, n: int, prompt: int, version: int = 0):
+    def traj(
+        group: str,
+        task: str,
+        reward: float,
+        n: int,
+        prompt: int,
+        version: int = 0,
+        logprob: float = -5.0,
+    ):
         return trajectory(
             [0] * prompt + [1] * (n - prompt),
             group=group,
             reward=reward,
-            logprob=-5.0,
+            logprob=logprob,
             version=version,
             episode_id=f"{seed}-{group}-{n}-{reward}",
             task=task,
@@ -48,7 +66,7 @@ def make_batch(seed: int) -> TrainBatch:
             traj("g1", "os", 0.0, 7, 3, version=1),
             traj("g2", "db", 1.0, 10, 4),
             traj("g2", "db", -0.2, 5, 2),
-            traj("g3", "db", 1.0, 9, 4, version=1),
+            traj("g3", "db", 1.0, 9, 4, version=1, logprob=-7.5),
             traj("g3", "db", 0.5, 11, 2),
         ],
         pad_id=0,

@@ -69,7 +69,7 @@ def test_an_empty_batch_changes_nothing_and_checkpoints_load_in_transformers(
     empty = dataclasses.replace(batch, loss_mask=torch.zeros_like(batch.loss_mask))
     metrics = learner.step(empty)
     assert metrics["learner/tokens"] == 0 and metrics["learner/grad_norm"] == 0.0
-    assert learner.version == 0
+    assert learner.version == 1 and learner.steps == 0  # no update; the actor saves it as v1
     learner.save(tmp_path / "out")
     assert max_weight_diff(hf_weights(model_dir), hf_weights(tmp_path / "out")) == 0.0
     assert (tmp_path / "out" / "tokenizer_config.json").exists()

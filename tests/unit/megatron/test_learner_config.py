@@ -49,3 +49,17 @@ def test_each_learner_rank_counts_as_a_compute_process(monkeypatch):
     roles = ("sampler", "learner")
     assert node_torch_threads(torch_cfg, roles) == 4  # 8 cores / 2
     assert node_torch_threads(megatron_cfg, roles) == 2  # 8 cores / (1 engine + 2 ranks)
+
+
+def test_the_megatron_learner_defaults_are_the_run_configs():
+    import inspect
+
+    from agentrl.ops._config import LearnerConfig
+    from agentrl.trainer.megatron import MegatronLearner
+    from agentrl.trainer.megatron._launch import MegatronSpec
+
+    config = LearnerConfig()
+    defaults = inspect.signature(MegatronLearner.__init__).parameters
+    for name in ("lr", "kl_coef", "is_cap", "warmup_steps", "weight_decay", "grad_clip"):
+        assert defaults[name].default == getattr(config, name), name
+        assert getattr(MegatronSpec("m"), name) == getattr(config, name), name

@@ -1,0 +1,159 @@
+"""The learner's group buffer: stale and timed-out incomplete groups are dropped whole."""
+
+from __future__ import annotations
+
+import threading
+
+import pykka
+import pytest
+
+from agentrl.actors import ControllerActor, LearnerActor, TaskEntry
+from agentrl.actors._fakes import FakeBackend
+from agentrl.messages import Topology, decode
+from tests.unit.test_actors import (  # the actor tests' broker fixtures and helpers
+    broker,  # noqa: F401
+    client,  # noqa: F401
+    initial,
+    publish_trajs,
+    spec,  # noqa: F401
+    trajectory,
+    wait_for,
+)
+
+
+@pytest.fixture(autouse=True)
+def _stop_actors():
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):  # noqa: F811
+    backend, done = FakeBackend(), threading.Event()
+    ref = LearnerActor.start(
+        broker=broker,
+        topology=spec,
+        backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt",
+        start_version=start_version,
+        group_size=2,
+        groups_per_batch=1,
+        hard_staleness=2,
+        prefetch=64,
+        pad_id=0,
+        max_steps=max_steps,
+        done=done,
+        group_timeout=600.0,
+        sweep_interval=3600.0,  # the test sweeps by hand
+        clock=clock,
+    )
+    return ref, backend, done
+
+
+def learner_reports(client, spec):  # noqa: F811
+    names = Topology(spec.run)
+    reports: list[dict] = []
+    q = client.declare_queue("", exclusive=True, dead_letter=False)
+    client.bind(q, names.control, "metrics.learner")
+    client.consume(
+        q, lambda d: (reports.append(decode(d.body).payload.values), d.ack()), prefetch=10
+    )
+    return reports
+
+
+def test_an_incomplete_group_is_dropped_whole_after_the_timeout_and_acked_at_once(
+    broker,  # noqa: F811
+    spec,  # noqa: F811
+    client,  # noqa: F811
+    tmp_path,
+):
+    clock = Clock()
+    reports = learner_reports(client, spec)
+    ref, _, _ = start(broker, spec, tmp_path, clock=clock)
+    publish_trajs(client, spec, [trajectory("lost", 0, reward=1.0)])  # its mate never comes
+    wait_for(lambda: ref.proxy().buffered().get() == 1, what="buffered")
+    clock.now += 600.0
+    assert ref.proxy().sweep().get() == 0  # not *longer* than the timeout yet
+    clock.now += 1.0
+    assert ref.proxy().sweep().get() == 1
+    # counted whole: the controller replaces both episodes
+    last = wait_for(lambda: reports and reports[-1], what="drop report")
+    assert last["learner/dropped_episodes_total"] == 2.0
+    assert last["learner/groups_dropped_total/timeout"] == 1.0
+    assert last["learner/groups_dropped_total/stale"] == 0.0
+    # acked at once, not with a checkpoint: a learner stopped now hands nothing back
+    ref.stop()
+    assert client.queue_depth(Topology(spec.run).trajectories) == 0
+
+
+def test_a_late_member_of_a_dropped_group_is_acked_and_not_counted_again(
+    broker,  # noqa: F811
+    spec,  # noqa: F811
+    client,  # noqa: F811
+    tmp_path,
+):
+    clock = Clock()
+    reports = learner_reports(client, spec)
+    ref, backend, done = start(broker, spec, tmp_path, clock=clock, max_steps=1)
+    publish_trajs(client, spec, [trajectory("lost", 0, reward=1.0)])
+    wait_for(lambda: ref.proxy().buffered().get() == 1, what="buffered")
+    clock.now += 601.0
+    ref.proxy().sweep().get()
+    publish_trajs(client, spec, [trajectory("lost", 1, reward=0.0)])  # too late
+    publish_trajs(client, spec, [trajectory("ok", 0, reward=0.0), trajectory("ok", 1, reward=1.0)])
+    assert done.wait(20)
+    assert backend.batches[0].num_rows == 2  # "ok" alone: the late member buffered nothing
+    last = wait_for(lambda: reports and "version" in reports[-1] and reports[-1], what="update")
+    assert last["learner/dropped_episodes_total"] == 2.0
+    assert last["learner/groups_dropped_total/timeout"] == 1.0
+
+
+def test_an_incomplete_group_past_the_hard_bound_is_dropped_on_arrival(
+    broker,  # noqa: F811
+    spec,  # noqa: F811
+    client,  # noqa: F811
+    tmp_path,
+):
+    reports = learner_reports(client, spec)
+    start(broker, spec, tmp_path, clock=Clock(), start_version=5)
+    # v = 5, hard = 2: issued at 2 is 3 versions old
+    publish_trajs(client, spec, [trajectory("old", 0, reward=1.0, issued=2)])
+    last = wait_for(lambda: reports and reports[-1], what="drop report")
+    assert last["learner/groups_dropped_total/stale"] == 1.0
+    assert last["learner/dropped_episodes_total"] == 2.0
+
+
+def test_the_controller_replaces_a_dropped_incomplete_group(
+    broker,  # noqa: F811
+    spec,  # noqa: F811
+    client,  # noqa: F811
+    tmp_path,
+):
+    """issued <= (v + eta + 1) * B + dropped: the learner's count frees the window."""
+    clock = Clock()
+    ctl = ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"calculator": TaskEntry(weight=1.0, num_instances=5)},
+        group_size=2,
+        episodes_per_batch=2,
+        max_staleness=0,
+        initial=initial(),
+    )
+    wait_for(lambda: ctl.proxy().stats().get()["issued"] == 2, what="first window")
+    ref, _, _ = start(broker, spec, tmp_path, clock=clock)
+    publish_trajs(client, spec, [trajectory("lost", 0, reward=1.0)])
+    wait_for(lambda: ref.proxy().buffered().get() == 1, what="buffered")
+    clock.now += 601.0
+    ref.proxy().sweep().get()
+    wait_for(lambda: ctl.proxy().stats().get()["issued"] == 4, what="a replacement group")
+    assert ctl.proxy().stats().get()["dropped"] == 2
