@@ -5,7 +5,7 @@ Public API:
 - :class:`Environment` protocol with :class:`Start`, :class:`Step`, :class:`Status`;
 - errors :class:`EnvError` > :class:`InfraError`, :class:`SessionClosed`,
   :class:`UnknownTask`, :class:`TaskOptionsError`, :class:`MalformedToolCall`,
-  :class:`ChatTemplateError`;
+  :class:`SampleError`, :class:`ChatTemplateError`;
 - :func:`parse_assistant` (tool calls out of sampled text);
 - :class:`ChatFormat` (chat template -> token ids, incrementally);
 - task registry :func:`make_task`, :func:`register_task`, :func:`task_names`.
@@ -17,6 +17,7 @@ from agentrl.environments._protocol import (
     Environment,
     InfraError,
     MalformedToolCall,
+    SampleError,
     SessionClosed,
     Start,
     Status,
@@ -37,6 +38,7 @@ __all__ = [
     "Environment",
     "InfraError",
     "MalformedToolCall",
+    "SampleError",
     "SessionClosed",
     "Start",
     "Status",

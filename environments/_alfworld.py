@@ -2,11 +2,16 @@
 
 One tool, ``take_action(action)``, takes an ALFWorld text command (``go to
 countertop 1``, ``take apple 1 from countertop 1``, ``heat apple 1 with
-microwave 1``, ...); its reply is the game's observation in ALFWorld's wording
-(``You arrive at loc 5. On the countertop 1, you see a apple 1, and a knife 2.``).
-A command that does not apply observes ``Nothing happens.``: it is counted
-(``env/invalid_commands``), not an ending. Several calls in one message are
-played in order.
+microwave 1``, ...). The conversation is AgentBench's
+(`agentrl.environments._alfworld_protocol`): its system instruction and tool;
+the first user message ``Here is your task. `` + the room and the goal; every
+reply the observation (``On the countertop 1, you see a apple 1, and a knife
+2.``) followed by `` AVAILABLE ACTIONS: `` and the admissible commands of the
+new state, one a line. The action text is lower-cased, cut at its first newline
+and, when it is not admissible, replaced by the admissible command with the
+highest BLEU against it (above 0.01; AgentBench's ``process_action``), one
+action per turn. A command that does not apply observes ``Nothing happens.``:
+it is counted (``env/invalid_commands``), not an ending.
 
 Goals are ALFWorld's six task types: ``put a X in Y`` (pick_and_place),
 ``put a clean/hot/cool X in Y`` (clean with a sinkbasin, heat with a microwave,
@@ -14,36 +19,64 @@ cool with a fridge), ``look at X under the desklamp`` (hold X where a lit
 desklamp stands) and ``put two X in Y`` (two distinct X in one Y). The goal
 holding after an action ends the episode: ``completed``, reward 1.0.
 
-Other endings (reward 0.0): no tool call, an unknown tool or an ``action``
-that is not a non-empty string -> ``agent_invalid_action``; ``max_turns``
-assistant messages without reaching the goal -> ``task_limit_reached``.
+Bad calls follow AgentBench's ``src/server/tasks/alfworld/task.py``: a message
+without a tool call is answered by the user message `NO_TOOL_CALL` and the
+episode goes on; a call whose arguments are not a JSON object with a string
+first value gets the user message `NO_VALID_CALL`. Only the first call of a
+message is played, whatever its name (AgentBench reads the first argument's
+value and never checks the function name); the others are dropped unanswered.
+Every assistant message counts a turn. Endings, reward 0.0: the turn limit
+without the goal -> ``task_limit_reached``; the same action text three times in
+a row after more than three played actions -> ``agent_invalid_action``
+(AgentBench's repeat rule). Counted: ``env/bad_calls``, ``env/matched_actions``
+(actions the BLEU match changed).
+
+Levels and split: `agentrl.environments._alfworld_levels` (option ``levels``,
+default the full task only; option ``split``, default ``train``). The turn limit
+is ``max_turns`` when given, else the level's (`LEVEL_TURNS`: 5, 8, and
+AgentBench's 20 for the full task).
 
 Backends (option ``backend``):
 
 - ``generated`` (default): ``num_instances`` scenes from a deterministic
   generator (`agentrl.environments._alfworld_scene`), a pure function of
-  ``(seed, index)``; task types cycle with the index over ``task_types``,
-  so every type gets an equal share. Simulated by `_alfworld_world.World`.
+  ``(split, seed, index)``; at the full level task types cycle over
+  ``task_types``, so every type gets an equal share. Simulated by
+  `_alfworld_world.World`.
 - ``alfworld``: the real ALFWorld games of an AgentBench data file (``data``,
   e.g. AgentBench's ``data/alfworld/dev.json``) played through TextWorld
   (`agentrl.environments._alfworld_real`); needs the packages and
-  ``ALFWORLD_DATA``, and says what is missing otherwise.
+  ``ALFWORLD_DATA``, and says what is missing otherwise. Full level only; the
+  split is a seeded hash of each game file's path.
 
 Metrics on the finishing step: ``env/turns``, ``env/actions``,
-``env/invalid_commands``, ``env/success`` and ``env/success_<task type>``.
+``env/invalid_commands``, ``env/matched_actions``, ``env/bad_calls``,
+``env/level``, ``env/success`` and ``env/success_<task type>``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
+from agentrl.environments._alfworld_agents import SCRIPTS
+from agentrl.environments._alfworld_levels import FULL, LEVEL_TURNS, LEVELS, scene_for
+from agentrl.environments._alfworld_protocol import (
+    LEVEL_PROMPT,
+    NO_TOOL_CALL,
+    NO_VALID_CALL,
+    REPEATS,
+    SYSTEM_PROMPT,
+    TOOLS,
+    available_actions,
+    match_action,
+    observation,
+    opening,
+)
 from agentrl.environments._alfworld_real import RealGames
 from agentrl.environments._alfworld_scene import (
     LAMP,
@@ -51,64 +84,24 @@ from agentrl.environments._alfworld_scene import (
     ROOMS,
     TASK_TYPES,
     Scene,
-    generate,
-    kind_of,
     solution,
 )
 from agentrl.environments._alfworld_world import Outcome, World
 from agentrl.environments._protocol import InfraError, SessionClosed, Start, Status, Step
+from agentrl.environments._split import check_split, split_items
 from agentrl.environments._toolcalls import call_arguments, tool_reply
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["CHECK_AGENTS", "SYSTEM_PROMPT", "TOOLS", "AlfworldTask"]
+__all__ = [
+    "CHECK_AGENTS",
+    "NO_TOOL_CALL",
+    "NO_VALID_CALL",
+    "SYSTEM_PROMPT",
+    "TOOLS",
+    "AlfworldTask",
+]
 
 log = structlog.get_logger(__name__)
-
-SYSTEM_PROMPT = """\
-Interact with a household to solve a task. Imagine you are an intelligent agent in a \
-household environment and your target is to perform actions to complete the task goal. At \
-the beginning of your interactions, you will be given the detailed description of the \
-current environment and your goal to accomplish.
-Act by calling the take_action tool with one command at a time. The commands are:
-  look:                             look around your current location
-  inventory:                        check what you are carrying
-  go to [receptacle]:               move to a receptacle
-  open [receptacle]:                open a receptacle
-  close [receptacle]:               close a receptacle
-  take [object] from [receptacle]:  take an object from the receptacle you are at
-  put [object] in/on [receptacle]:  put the object you carry in or on the receptacle you are at
-  toggle [object]:                  switch an object (a lamp) on or off
-  use [object]:                     use an object (turn a lamp on)
-  heat [object] with [microwave]:   heat the object you carry with the microwave you are at
-  cool [object] with [fridge]:      cool the object you carry with the fridge you are at
-  clean [object] with [sinkbasin]:  clean the object you carry with the sinkbasin you are at
-  examine [something]:              examine a receptacle or an object
-Objects and receptacles are named with numbers, as in "apple 1" or "countertop 2". You can \
-carry one object at a time, and you must go to a receptacle before acting on it or on what \
-it holds; closed receptacles must be opened to see or reach their contents. After each \
-action the environment gives you feedback; if it says "Nothing happens.", the action was \
-invalid and you should try something else."""
-
-TOOLS: list[dict] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "take_action",
-            "description": "Perform one household command and see what happens.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "action": {
-                        "type": "string",
-                        "description": "The command, e.g. 'go to countertop 1'.",
-                        "examples": ["go to fridge 1", "take apple 1 from countertop 1"],
-                    }
-                },
-                "required": ["action"],
-            },
-        },
-    }
-]
 
 BACKENDS = ("generated", "alfworld")
 
@@ -117,6 +110,7 @@ class Game(Protocol):
     """One playing episode: the simulator's `World` or a `RealGame`."""
 
     def intro(self) -> str: ...
+    def admissible(self) -> list[str]: ...
     def step(self, command: str) -> Outcome: ...
     def won(self) -> bool: ...
     def close(self) -> None: ...
@@ -126,10 +120,16 @@ class Game(Protocol):
 class _Session:
     game: Game
     task_type: str
+    level: int
+    max_turns: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     turns: int = 0
     actions: int = 0
     invalid: int = 0
+    matched: int = 0
+    bad_calls: int = 0
+    played: list[str] = field(default_factory=list)
+    """The raw action text of every played call (AgentBench's repeat rule)."""
     done: bool = False
 
 
@@ -143,9 +143,11 @@ class AlfworldTask:
         num_instances: int = 60,
         seed: int = 0,
         task_types: list[str] | tuple[str, ...] | None = None,
-        max_turns: int = 30,
+        max_turns: int | None = None,
         data: str | None = None,
         alfworld_data: str | None = None,
+        split: str = "train",
+        levels: list[int] | tuple[int, ...] | None = None,
     ) -> None:
         types = tuple(task_types) if task_types is not None else TASK_TYPES
         unknown = [t for t in types if t not in TASK_TYPES]
@@ -154,20 +156,37 @@ class AlfworldTask:
                 f"alfworld: task_types must be a non-empty subset of {', '.join(TASK_TYPES)};"
                 f" unknown: {unknown}"
             )
-        if max_turns < 1:
+        if max_turns is not None and max_turns < 1:
             raise ValueError("alfworld: max_turns must be >= 1")
         if backend not in BACKENDS:
             raise ValueError(f"alfworld: backend must be one of {BACKENDS}, got {backend!r}")
+        self._levels = tuple(levels) if levels is not None else (FULL,)
+        if not self._levels or any(lv not in LEVELS for lv in self._levels):
+            raise ValueError(f"alfworld: levels must be a non-empty list of {LEVELS}")
         self._types = types
         self._max_turns = max_turns
         self._seed = seed
+        self._split = check_split(split, "alfworld")
         self._real: RealGames | None = None
+        self._games: list[int] = []
+        """Real backend: the data file's game numbers in the chosen split."""
         if backend == "alfworld":
             if data is None:
                 raise ValueError("alfworld: backend 'alfworld' needs data=<AgentBench dev.json>")
+            if self._levels != (FULL,):
+                raise ValueError(f"alfworld: the 'alfworld' backend plays level {FULL} only")
             self._real = RealGames(data, alfworld_data=alfworld_data, task_types=types)
-            self._count = len(self._real)
+            numbers = range(len(self._real))
+            paths = [self._real.ref(n).path for n in numbers]
+            self._games = split_items(list(numbers), paths, self._split, seed)
+            self._count = len(self._games)
         else:
+            if data is not None or alfworld_data is not None:
+                raise ValueError(
+                    "alfworld: data= names real ALFWorld games, which the 'generated' backend "
+                    "cannot play; use backend='alfworld' (needs the game files, docs/tasks.md), "
+                    "or leave data out for generated scenes"
+                )
             if num_instances < 1:
                 raise ValueError("alfworld: num_instances must be >= 1")
             self._count = num_instances
@@ -177,12 +196,27 @@ class AlfworldTask:
         return copy.deepcopy(TOOLS)
 
     @property
+    def levels(self) -> tuple[int, ...]:
+        """The ``levels`` option: instance ``index`` plays ``levels[index % len(levels)]``."""
+        return tuple(self._levels)
+
+    @property
     def num_instances(self) -> int:
         return self._count
 
     @property
     def max_turns(self) -> int:
-        return self._max_turns
+        """The longest turn limit of the chosen levels."""
+        return max(self.turn_limit(level) for level in self._levels)
+
+    def turn_limit(self, level: int) -> int:
+        """Assistant messages an episode of ``level`` may take (``max_turns`` or the level's)."""
+        return self._max_turns if self._max_turns is not None else LEVEL_TURNS[level]
+
+    def level(self, index: int) -> int:
+        """The level instance ``index`` plays (``levels[index % len(levels)]``)."""
+        self._check(index)
+        return self._levels[index % len(self._levels)]
 
     def _check(self, index: int) -> None:
         if not 0 <= index < self._count:
@@ -190,22 +224,23 @@ class AlfworldTask:
 
     def scene(self, index: int) -> Scene:
         """The generated scene of instance ``index`` (generated backend only)."""
-        self._check(index)
+        level = self.level(index)
         if self._real is not None:
             raise ValueError("alfworld: the 'alfworld' backend has no generated scenes")
-        return generate(index, self._types[index % len(self._types)], self._seed)
+        task_type = self._types[(index // len(self._levels)) % len(self._types)]
+        return scene_for(level, index, self._split, self._seed, task_type)
 
     def task_type(self, index: int) -> str:
         self._check(index)
         if self._real is not None:
-            return self._real.ref(index).task_type
-        return self._types[index % len(self._types)]
+            return self._real.ref(self._games[index]).task_type
+        return self.scene(index).task_type
 
     def solution(self, index: int) -> list[str]:
         """Commands that reach instance ``index``'s goal (the planner's or the game's own)."""
         self._check(index)
         if self._real is not None:
-            return self._real.solution(index)
+            return self._real.solution(self._games[index])
         return solution(self.scene(index))
 
     def vocabulary(self, index: int) -> tuple[list[str], list[str]]:
@@ -218,47 +253,59 @@ class AlfworldTask:
 
     def describe(self, index: int) -> str:
         if self._real is not None:
-            return self._real.describe(index)
+            return self._real.describe(self._games[index])
         scene = self.scene(index)
-        return f"[{scene.task_type}, {scene.room}] {scene.goal!r}"
+        return f"[level {self.level(index)}, {scene.task_type}, {scene.room}] {scene.goal!r}"
 
     def start(self, index: int) -> Start:
-        self._check(index)
+        level = self.level(index)
         if self._real is not None:
             try:
-                game: Game = self._real.open(index)
+                game: Game = self._real.open(self._games[index])
             except Exception as exc:  # the game engine broke: retried elsewhere
                 raise InfraError(f"alfworld: cannot start {self.describe(index)}: {exc}") from exc
         else:
             game = World(self.scene(index))
         messages = [
-            ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=game.intro()),
+            ChatMessage(role="system", content=SYSTEM_PROMPT if level == FULL else LEVEL_PROMPT),
+            ChatMessage(role="user", content=opening(game.intro(), game.admissible())),
         ]
-        return Start(session=_Session(game, self.task_type(index)), messages=messages)
+        session = _Session(game, self.task_type(index), level, self.turn_limit(level))
+        return Start(session=session, messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         with session.lock:
             if session.done:
                 raise SessionClosed("alfworld: interact on a session that has ended")
             session.turns += 1
-            if not message.tool_calls:
-                return self._end(session, Status.AGENT_INVALID_ACTION, "no tool call")
             replies: list[ChatMessage] = []
-            for call in message.tool_calls:
-                if call.name != "take_action":
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "unknown tool", replies)
-                args = call_arguments(call)
-                action = args.get("action") if args is not None else None
-                if not isinstance(action, str) or not action.strip():
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "bad args", replies)
-                outcome = self._play(session, action)
-                session.actions += 1
-                session.invalid += not outcome.valid
-                replies.append(tool_reply(call, outcome.observation))
-                if session.game.won():
-                    return self._end(session, Status.COMPLETED, "goal", replies, success=True)
-            if session.turns >= self._max_turns:
+            if not message.tool_calls:
+                session.bad_calls += 1
+                replies.append(ChatMessage(role="user", content=NO_TOOL_CALL))
+            else:
+                call = message.tool_calls[0]
+                action = _first_argument(call)
+                if action is None:
+                    session.bad_calls += 1
+                    replies.append(ChatMessage(role="user", content=NO_VALID_CALL))
+                else:
+                    command = match_action(action, session.game.admissible())
+                    outcome = self._play(session, command)
+                    session.actions += 1
+                    session.invalid += not outcome.valid
+                    session.matched += command != action.strip().lower().split("\n")[0]
+                    session.played.append(action)
+                    text = observation(outcome.observation)
+                    actions = available_actions(session.game.admissible())
+                    replies.append(tool_reply(call, text + actions))
+                    recent = session.played[-REPEATS:]
+                    if len(session.played) > REPEATS and len(set(recent)) == 1:
+                        return self._end(
+                            session, Status.AGENT_INVALID_ACTION, "repeated action", replies
+                        )
+                    if session.game.won():
+                        return self._end(session, Status.COMPLETED, "goal", replies, success=True)
+            if session.turns >= session.max_turns:
                 return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", replies)
             return Step(messages=replies, status=Status.RUNNING, reward=0.0, finish=False)
 
@@ -295,6 +342,9 @@ class AlfworldTask:
             "env/turns": float(session.turns),
             "env/actions": float(session.actions),
             "env/invalid_commands": float(session.invalid),
+            "env/matched_actions": float(session.matched),
+            "env/bad_calls": float(session.bad_calls),
+            "env/level": float(session.level),
             "env/success": float(success),
             f"env/success_{session.task_type}": float(success),
         }
@@ -302,46 +352,15 @@ class AlfworldTask:
         return Step.end(status, 1.0 if success else 0.0, metrics, replies)
 
 
-# --- scripted agents for `agentrl-env check` ------------------------------------------
+def _first_argument(call: ToolCall) -> str | None:
+    """The action AgentBench reads from a call: the value of its first argument, whatever the
+    function's name (alfworld/task.py:166-173); None when that is not a string."""
+    args = call_arguments(call)
+    if not args:
+        return None
+    action = next(iter(args.values()))
+    return action if isinstance(action, str) else None
 
 
-def _action(command: str, n: int) -> ToolCall:
-    return ToolCall(id=f"call_{n}", name="take_action", arguments=json.dumps({"action": command}))
-
-
-def _oracle(env: AlfworldTask, index: int, rng: random.Random):
-    for n, command in enumerate(env.solution(index)):
-        yield _action(command, n)
-
-
-def random_command(receps: list[str], objects: list[str], rng: random.Random) -> str:
-    """A well-formed command naming things of the scene, chosen without a plan."""
-    r, o = rng.choice(receps), rng.choice(objects)
-    appliance = rng.choice([r, *[x for x in receps if kind_of(x) in ("microwave", "fridge")]])
-    return rng.choice(
-        [
-            "look",
-            "inventory",
-            f"go to {r}",
-            f"open {r}",
-            f"close {r}",
-            f"take {o} from {r}",
-            f"put {o} in/on {r}",
-            f"heat {o} with {appliance}",
-            f"cool {o} with {appliance}",
-            f"clean {o} with {r}",
-            f"use {o}",
-            f"toggle {o}",
-            f"examine {rng.choice([r, o])}",
-        ]
-    )
-
-
-def _random(env: AlfworldTask, index: int, rng: random.Random):
-    receps, objects = env.vocabulary(index)
-    for n in range(min(env.max_turns, 50)):
-        yield _action(random_command(receps, objects, rng), n)
-
-
-CHECK_AGENTS: dict[str, Any] = {"oracle": _oracle, "random": _random}
+CHECK_AGENTS: dict[str, Any] = SCRIPTS
 """Scripted agents for `agentrl-env check` (see agentrl.environments._check)."""

@@ -12,6 +12,7 @@ backend with ALFWorld's name demangler, as ALFWorld's ``AlfredTWEnv`` does::
                           wrappers=[AlfredDemangler(shuffle=False)])
     state = env.reset()                          # state.feedback: the intro
     state, score, done = env.step("go to desk 1")  # state["won"]: the goal holds
+    state["admissible_commands"]                 # what the task lists to the model
 
 Needs the ``alfworld`` and ``textworld`` packages (with ``fast_downward``,
 ``textworld[pddl]``) and the game files: `RealGames` raises `AlfworldUnavailable`
@@ -127,9 +128,12 @@ class RealGame:
         self._won = bool(self._state["won"])
 
     def intro(self) -> str:
-        """The opening observation without TextWorld's welcome banner."""
-        parts = str(self._state.feedback).strip().split("\n\n")
-        return "\n\n".join(parts[1:] if len(parts) > 1 else parts).strip()
+        """The game's opening text as TextWorld gives it (banner, room, goal)."""
+        return str(self._state.feedback)
+
+    def admissible(self) -> list[str]:
+        """TextWorld's admissible commands of the current state (sorted by TextWorld)."""
+        return [str(c) for c in self._state["admissible_commands"]]
 
     def walkthrough(self) -> list[str]:
         """The game's own solution (``extra.walkthrough``, replanned by TextWorld if absent)."""
@@ -138,8 +142,8 @@ class RealGame:
     def step(self, command: str) -> Outcome:
         self._state, _, _ = self._env.step(command)
         self._won = bool(self._state["won"])
-        text = str(self._state.feedback).strip()
-        return Outcome(text, text != NOTHING)
+        text = str(self._state.feedback)
+        return Outcome(text, text.strip() != NOTHING)
 
     def won(self) -> bool:
         return self._won

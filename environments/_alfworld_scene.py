@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 
 __all__ = [
+    "LEVEL_TYPES",
     "OBJECTS",
     "OPENABLE",
     "ROOMS",
@@ -29,6 +30,7 @@ __all__ = [
     "Scene",
     "generate",
     "goal_text",
+    "receptacles_in",
     "solution",
 ]
 
@@ -42,11 +44,15 @@ TASK_TYPES = (
 )
 """ALFWorld's six task types, in AgentBench's naming (its ``dev.json`` keys)."""
 
+LEVEL_TYPES = ("take", "take_and_place")
+"""The easy ways in (`agentrl.environments._alfworld_levels`): take a named object from a
+named receptacle; take it and put it in/on another named receptacle."""
+
 OPENABLE = frozenset({"cabinet", "drawer", "fridge", "microwave", "safe"})
 """Receptacle types that are closed at the start and hide their contents until opened."""
 
 LAMP = "desklamp"
-"""The lamp object type of ``look_at_obj``: not takeable, turned on with ``use``/``toggle``."""
+"""The lamp object type of ``look_at_obj``: not takeable, turned on with ``use``."""
 
 APPLIANCE = {
     "pick_clean_then_place": "sinkbasin",
@@ -199,9 +205,18 @@ class Scene:
     """ALFWorld's ``loc N`` of each receptacle (``You arrive at loc N.``), same order."""
     placement: tuple[tuple[str, str], ...]
     """(object name, receptacle name) for every object at the start, lamp included."""
+    source: str | None = None
+    """`LEVEL_TYPES` only: the receptacle the goal names the object in (``countertop 2``);
+    ``destination`` is then a receptacle name too (``fridge 1``), not a type."""
 
     @property
     def goal(self) -> str:
+        if self.task_type in LEVEL_TYPES:
+            obj = next(o for o, _ in self.placement if kind_of(o) == self.target)
+            take = f"take the {obj} from the {self.source}"
+            if self.task_type == "take":
+                return take
+            return f"{take}, then put it in/on the {self.destination}"
         return goal_text(self.task_type, self.target, self.destination)
 
 
@@ -233,13 +248,21 @@ def _rooms_for(task_type: str) -> list[str]:
     return [room for room, spec in ROOMS.items() if need is None or need in [s[0] for s in spec]]
 
 
-def generate(index: int, task_type: str, seed: int = 0) -> Scene:
-    """The scene of instance ``index`` with a goal of ``task_type``; pure in its arguments."""
-    rng = random.Random(f"alfworld:{seed}:{index}:{task_type}")
-    room = rng.choice(_rooms_for(task_type))
+def receptacles_in(room: str, rng: random.Random) -> list[str]:
+    """A draw of ``room``'s receptacle names (``cabinet 1 .. cabinet k`` per type)."""
     receps: list[str] = []
     for rtype, low, high in ROOMS[room]:
         receps += [f"{rtype} {k}" for k in range(1, rng.randint(low, high) + 1)]
+    return receps
+
+
+def generate(index: int, task_type: str, seed: int = 0, salt: str = "") -> Scene:
+    """The scene of instance ``index`` with a goal of ``task_type``; pure in its arguments.
+
+    ``salt`` draws another scene for the same arguments (a split's redraws)."""
+    rng = random.Random(f"alfworld:{seed}:{index}:{task_type}{salt}")
+    room = rng.choice(_rooms_for(task_type))
+    receps = receptacles_in(room, rng)
     present = {kind_of(r) for r in receps}
     avoid = {APPLIANCE.get(task_type, "")}
     choices = []
@@ -307,6 +330,15 @@ def solution(scene: Scene) -> list[str]:
         go(where[obj])
         commands.append(f"take {obj} from {where[obj]}")
 
+    if scene.task_type == "take":
+        fetch(targets[0])
+        return commands
+    if scene.task_type == "take_and_place":
+        assert scene.destination is not None
+        fetch(targets[0])
+        go(scene.destination)
+        commands.append(f"put {targets[0]} in/on {scene.destination}")
+        return commands
     if scene.task_type == "look_at_obj":
         fetch(targets[0])
         lamp = next(o for o, _ in scene.placement if kind_of(o) == LAMP)

@@ -1,26 +1,31 @@
 """The ALFWorld-style text simulator: one mutable `World` per session, built from a `Scene`.
 
-Commands are ALFWorld's (as its TextWorld games accept them) and observations
-use its wording::
+It plays like ALFWorld's TextWorld games (the PDDL domain and grammar of
+ALFWorld's 0.2.2 game files, which AgentBench plays): `World.admissible` lists
+the commands the current state allows, sorted and in ALFWorld's wording::
 
-    look | inventory | go to R | open R | close R | take O from R | put O in/on R
-    toggle O | use O | heat O with R | cool O with R | clean O with R | examine O/R
+    look | inventory | go to R | examine R | open R | close R | take O from R
+    put O in/on R | heat O with R | cool O with R | clean O with R | use O | examine O
 
-The rules, as in ALFWorld:
+and `World.step` plays exactly those (surrounding spaces aside); any other
+text observes ``Nothing happens.`` and changes nothing, as TextWorld does. The
+rules, as in ALFWorld:
 
-- the agent is at one receptacle at a time (``go to``); ``open``, ``close``,
-  ``take``, ``put``, ``heat``, ``cool``, ``clean``, ``use`` and ``examine`` act
-  only on the receptacle it is at, or on objects there or in its hand;
+- the agent is at one receptacle at a time (``go to`` any other one); ``open``,
+  ``close``, ``take``, ``put``, ``heat``, ``cool``, ``clean``, ``use`` and
+  ``examine`` act only on the receptacle it is at, or on objects there or in its
+  hand (``examine O`` only for the object in hand);
 - a closed receptacle (fridge, cabinet, drawer, microwave, safe) hides its
   contents until opened; nothing can be taken from it or put in it;
 - the agent holds at most one object; ``put`` needs a receptacle the object
   fits in (`ObjectKind.fits`);
-- ``heat`` needs the object in hand and the agent at a microwave, ``cool`` at
-  a fridge, ``clean`` at a sinkbasin, and an object type that allows it;
-- a desklamp cannot be taken; ``use`` turns it on, ``toggle`` flips it.
+- ``heat`` needs the object in hand and the agent at a microwave (open or
+  closed), ``cool`` at a fridge, ``clean`` at a sinkbasin, and an object type
+  that allows it;
+- a desklamp cannot be taken; ``use`` turns it on (ALFWorld's toggle command).
 
-Anything else, or a command whose preconditions fail, observes
-``Nothing happens.`` and changes nothing (`Outcome.valid` is False).
+Observations are the engine's own text, ``You arrive at loc N. `` included (the
+task removes that prefix as AgentBench does).
 """
 
 from __future__ import annotations
@@ -37,23 +42,25 @@ from agentrl.environments._alfworld_scene import (
     kind_of,
 )
 
-__all__ = ["NOTHING", "Outcome", "World", "list_phrase"]
+__all__ = ["BANNER", "NOTHING", "Outcome", "World", "list_phrase", "room_order"]
 
 NOTHING = "Nothing happens."
 """ALFWorld's observation for a command that does not apply."""
+
+BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+"""The first paragraph of every ALFWorld game's opening text."""
 
 _NAME = r"([a-z]+ \d+)"
 _COMMANDS: list[tuple[str, re.Pattern[str]]] = [
     (verb, re.compile(pattern))
     for verb, pattern in [
         ("look", r"look"),
-        ("inventory", r"(?:inventory|inv|i)"),
+        ("inventory", r"inventory"),
         ("goto", rf"go to {_NAME}"),
         ("open", rf"open {_NAME}"),
         ("close", rf"close {_NAME}"),
         ("take", rf"take {_NAME} from {_NAME}"),
-        ("put", rf"put {_NAME} (?:in/on|in|on) {_NAME}"),
-        ("toggle", rf"toggle {_NAME}"),
+        ("put", rf"put {_NAME} in/on {_NAME}"),
         ("use", rf"use {_NAME}"),
         ("heat", rf"heat {_NAME} with {_NAME}"),
         ("cool", rf"cool {_NAME} with {_NAME}"),
@@ -64,6 +71,14 @@ _COMMANDS: list[tuple[str, re.Pattern[str]]] = [
 _APPLIANCE_OF = {"heat": "microwave", "cool": "fridge", "clean": "sinkbasin"}
 _STATE_OF = {"heat": "hot", "cool": "cool", "clean": "clean"}
 _OPPOSITE = {"hot": "cool", "cool": "hot"}
+_EXAMINED = {
+    ("clean", "hot"): "This is a hot and clean {}.",
+    ("clean", "cool"): "This is a cool and clean {}.",
+    ("hot",): "This is a hot {}.",
+    ("clean",): "This is a clean {}.",
+    ("cool",): "This is a cold {}.",
+}
+"""``examine`` of an object in hand, by its sorted states (ALFWorld's grammar)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +100,10 @@ def list_phrase(names: list[str]) -> str:
     return ", ".join(items[:-1]) + ", and " + items[-1]
 
 
-def normalize(command: str) -> str:
-    """Lower case, single spaces, no trailing full stop."""
-    return " ".join(command.lower().strip().rstrip(".").split())
+def room_order(receptacles: tuple[str, ...] | list[str]) -> list[str]:
+    """ALFWorld's listing order of a room: by type, the numbers of a type descending
+    (``cabinet 2, cabinet 1, countertop 1``)."""
+    return sorted(receptacles, key=lambda r: (kind_of(r), -int(r.rsplit(" ", 1)[1])))
 
 
 @dataclass
@@ -113,12 +129,38 @@ class World:
     # --- descriptions ---------------------------------------------------------------
 
     def intro(self) -> str:
-        """The opening observation: the room and the goal."""
-        seen = list_phrase(list(self.scene.receptacles))
-        return (
-            f"You are in the middle of a room. Looking quickly around you, you see {seen}.\n\n"
-            f"Your task is to: {self.scene.goal}."
-        )
+        """The game's opening text: the banner, the room, the goal (paragraphs)."""
+        return f"{BANNER}\n\n{self._look_around()}\n\nYour task is to: {self.scene.goal}."
+
+    def _look_around(self) -> str:
+        seen = list_phrase(room_order(self.scene.receptacles))
+        return f"You are in the middle of a room. Looking quickly around you, you see {seen}."
+
+    def admissible(self) -> list[str]:
+        """The commands the current state allows, sorted (TextWorld's admissible commands)."""
+        commands = {"inventory", "look"}
+        commands |= {f"go to {r}" for r in self.scene.receptacles if r != self.at}
+        here = self.at
+        if here is None:
+            return sorted(commands)
+        commands.add(f"examine {here}")
+        if kind_of(here) in OPENABLE:
+            commands.add(f"{'close' if here in self.opened else 'open'} {here}")
+        inside = self.contents(here)
+        commands |= {f"use {obj}" for obj in inside if kind_of(obj) == LAMP}
+        held = self.holding
+        if held is None:
+            if self.visible(here):
+                commands |= {f"take {obj} from {here}" for obj in inside if kind_of(obj) != LAMP}
+            return sorted(commands)
+        commands.add(f"examine {held}")
+        kind = OBJECTS[kind_of(held)]
+        if self.visible(here) and kind_of(here) in kind.fits:
+            commands.add(f"put {held} in/on {here}")
+        for verb, appliance in _APPLIANCE_OF.items():
+            if kind_of(here) == appliance and getattr(kind, verb):
+                commands.add(f"{verb} {held} with {here}")
+        return sorted(commands)
 
     def contents(self, recep: str) -> list[str]:
         return [obj for obj, where in self.inside.items() if where == recep]
@@ -142,6 +184,13 @@ class World:
     def won(self) -> bool:
         """Whether the scene's goal holds now."""
         scene = self.scene
+        if scene.task_type == "take":
+            return self.holding is not None and kind_of(self.holding) == scene.target
+        if scene.task_type == "take_and_place":
+            return any(
+                kind_of(obj) == scene.target and recep == scene.destination
+                for obj, recep in self.inside.items()
+            )
         if scene.task_type == "look_at_obj":
             return (
                 self.holding is not None
@@ -161,8 +210,11 @@ class World:
     # --- commands ---------------------------------------------------------------------
 
     def step(self, command: str) -> Outcome:
-        """Apply one command; never raises for bad input."""
-        text = normalize(command)
+        """Apply one admissible command (`admissible`); anything else observes `NOTHING`.
+        Never raises for bad input."""
+        text = command.strip()
+        if text not in self.admissible():
+            return Outcome(NOTHING, False)
         for verb, pattern in _COMMANDS:
             match = pattern.fullmatch(text)
             if match:
@@ -182,7 +234,7 @@ class World:
 
     def _look(self) -> str:
         if self.at is None:
-            return "You are in the middle of a room. Looking quickly around you, you see nothing."
+            return self._look_around()
         return f"You are facing the {self.at}. Next to it, you see nothing."
 
     def _inventory(self) -> str:
@@ -252,23 +304,10 @@ class World:
         self.lit.add(lamp)
         return f"You turn on the {lamp}."
 
-    def _toggle(self, lamp: str) -> str | None:
-        if kind_of(lamp) != LAMP or not self._here(lamp):
-            return None
-        if lamp in self.lit:
-            self.lit.discard(lamp)
-            return f"You turn off the {lamp}."
-        self.lit.add(lamp)
-        return f"You turn on the {lamp}."
-
     def _examine(self, name: str) -> str | None:
         if self._is_recep(name):
             return self.describe(name) if name == self.at else None
         if name not in self.states or not self._here(name):
             return None
-        if kind_of(name) == LAMP:
-            return f"The {name} is {'on' if name in self.lit else 'off'}."
-        states = sorted(self.states[name])
-        if not states:
-            return f"There's nothing special about {name}."
-        return f"This is a {' and '.join(states)} {name}."
+        template = _EXAMINED.get(tuple(sorted(self.states[name])))
+        return template.format(name) if template else f"There's nothing special about {name}."

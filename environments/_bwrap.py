@@ -2,8 +2,11 @@
 
 Layout inside (everything else of the host is absent):
 
-- ``/usr`` (and the ``/bin``, ``/lib``... links of a merged-usr system) from the
-  host, read-only;
+- ``/usr`` (and the ``/bin``, ``/lib``... links of a merged-usr system): the
+  host's, under an overlay whose writable layer is the session's own (init
+  scripts and the model may write ``/usr`` as in a container; the host's stays
+  untouched): mounted in a private mount namespace (``unshare``) before bwrap
+  starts, so it needs overlayfs and dies with the session;
 - ``/etc``: a private copy of the host files a shell, ``python3``, ``useradd``
   and ``getent`` need (`ETC_FILES`) and a few host folders read-only
   (`ETC_DIRS`: alternatives, skel, pam.d...), nothing else of the host's ``/etc``;
@@ -125,7 +128,7 @@ class BwrapSandbox:
     def _bwrap_argv(self, info_fd: int) -> list[str]:
         root = self._dir / "fs"
         argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
-        argv += ["--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+        argv += ["--hostname", "sandbox", "--bind", str(self._dir / "usr"), "/usr"]
         for link in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
             host = Path("/") / link
             if host.is_symlink():
@@ -154,7 +157,8 @@ class BwrapSandbox:
         read_fd, write_fd = os.pipe()
         try:
             try:
-                self._init = self._popen(self._bwrap_argv(write_fd), pass_fds=(write_fd,))
+                argv = self._overlay_usr() + self._bwrap_argv(write_fd)
+                self._init = self._popen(argv, pass_fds=(write_fd,))
             finally:
                 os.close(write_fd)
             info = _read_info(read_fd, deadline=time.monotonic() + 15)
@@ -174,6 +178,25 @@ class BwrapSandbox:
             if self._init.poll() is not None or time.monotonic() > deadline:
                 raise SandboxError("bwrap sandbox: its init process did not start")
             time.sleep(0.005)
+
+    def _overlay_usr(self) -> list[str]:
+        """The command prefix that makes the session's writable ``/usr`` before bwrap runs.
+
+        An overlay of the host's ``/usr`` (read-only lower layer) with the session's
+        own upper layer, mounted in a private mount namespace that only the
+        sandbox's processes see: writes land in the session's directory, and the
+        mount goes away with the namespace.
+        """
+        for sub in ("usr", "usr-upper", "usr-work"):
+            (self._dir / sub).mkdir()
+        mount = (
+            'mount -t overlay agentrl-usr -o "lowerdir=/usr,upperdir=$1-upper,workdir=$1-work" '
+            '"$1" || exit 126\nshift\nexec "$@"'
+        )
+        return [
+            "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", mount, "agentrl-usr", str(self._dir / "usr"),
+        ]  # fmt: skip
 
     def _popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
         env = {"PATH": PATH, "AGENTRL_CGROUPS": " ".join(str(c) for c in self._cgroups)}

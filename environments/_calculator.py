@@ -16,8 +16,13 @@ Endings other than ``completed`` (reward 0.0; the trainer adds its penalty):
 A calculate error (division by zero, a stray character) is an observation
 the model can react to, not an ending.
 
-Instances are a pure function of ``(seed, index)``. Levels cycle with the
-index (``levels[index % len(levels)]``):
+Instances are a pure function of ``(split, seed, index)``. Option ``split``
+(``train`` by default, ``test`` or ``all``) picks a side of a seeded hash of the
+expression (`agentrl.environments._split.in_split`): instance ``index`` is the
+first candidate drawn from ``(split, seed, index, attempt)`` whose expression
+lies on that side, so a test problem never equals a training problem (``all``
+takes the first candidate). Levels cycle with the index
+(``levels[index % len(levels)]``):
 
 1. ``a + b`` or ``a - b``, two-digit numbers;
 2. ``a * b``, a two-digit times a two- or three-digit number;
@@ -41,6 +46,7 @@ import structlog
 
 from agentrl.environments._arith import CalcError, evaluate
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
+from agentrl.environments._split import check_split, in_split
 from agentrl.environments._toolcalls import call_arguments, call_text, tool_reply
 from agentrl.messages import ChatMessage, ToolCall
 
@@ -90,6 +96,8 @@ TOOLS: list[dict] = [
 ]
 
 _TOLERANCE = 1e-6
+_MAX_ATTEMPTS = 200
+"""Draws per instance before giving up on its split (a test draw succeeds 1 in 4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +133,9 @@ class CalculatorTask:
         num_instances: int = 10_000,
         max_turns: int = 4,
         demo: bool = True,
+        split: str = "train",
     ) -> None:
+        self._split = check_split(split, "calculator")
         levels = tuple(levels)
         if not levels or any(lv not in (1, 2, 3) for lv in levels):
             raise ValueError(f"calculator: levels must be a non-empty subset of 1, 2, 3: {levels}")
@@ -142,6 +152,11 @@ class CalculatorTask:
         return copy.deepcopy(TOOLS)
 
     @property
+    def levels(self) -> tuple[int, ...]:
+        """The ``levels`` option: instance ``index`` plays ``levels[index % len(levels)]``."""
+        return tuple(self._levels)
+
+    @property
     def num_instances(self) -> int:
         return self._num_instances
 
@@ -149,11 +164,16 @@ class CalculatorTask:
         return self._num_instances
 
     def problem(self, index: int) -> Problem:
-        """The instance at ``index`` (deterministic in ``seed`` and ``index``)."""
+        """The instance at ``index`` (deterministic in ``split``, ``seed`` and ``index``)."""
         if not 0 <= index < self._num_instances:
             raise IndexError(f"calculator: index {index} not in [0, {self._num_instances})")
         level = self._levels[index % len(self._levels)]
-        return _generate(level, random.Random(f"calculator:{self._seed}:{index}"))
+        for attempt in range(_MAX_ATTEMPTS):
+            rng = random.Random(f"calculator:{self._seed}:{self._split}:{index}:{attempt}")
+            problem = _generate(level, rng)
+            if in_split(problem.expression, self._split, self._seed):
+                return problem
+        raise RuntimeError(f"calculator: no {self._split} problem in {_MAX_ATTEMPTS} draws")
 
     def start(self, index: int) -> Start:
         problem = self.problem(index)

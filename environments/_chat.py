@@ -18,7 +18,9 @@ where every piece after the first is computed on its own:
 
 Templates that ignore ``tools=`` (SmolLM2's does) get the tools written into
 the system message: a short instruction, the function schemas and one worked
-example call in the exact ``<tool_call>`` format that ``parse_assistant`` reads.
+example call in the exact ``<tool_call>`` format that ``parse_assistant`` reads;
+an assistant message's structured ``tool_calls`` (a task's worked example) are
+written into its text in that format too.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class ChatFormat:
     ) -> str:
         """The chat template's text for ``messages`` (tools in the system text if needed)."""
         dicts = [_to_dict(m) for m in messages]
+        if not self.template_takes_tools:
+            dicts = [_calls_as_text(d) for d in dicts]
         kwargs: dict[str, Any] = {}
         if tools and self.template_takes_tools:
             kwargs["tools"] = list(tools)
@@ -197,6 +201,18 @@ def _to_dict(message: ChatMessage) -> dict:
     if message.name is not None:
         out["name"] = message.name
     return out
+
+
+def _calls_as_text(message: dict) -> dict:
+    """An assistant message's structured calls written into its text, in the form
+    ``parse_assistant`` reads: a template that ignores tools drops ``tool_calls`` (SmolLM2's),
+    and a worked example in the opening messages (kg's one-shot) would lose its calls."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    texts = [call_text(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+    content = "\n".join([message["content"], *texts] if message["content"] else texts)
+    return {k: v for k, v in message.items() if k != "tool_calls"} | {"content": content}
 
 
 def _json_or_text(text: str) -> Any:

@@ -15,8 +15,9 @@ Agents:
 
 A task module outside this file offers its agents as a module-level
 ``CHECK_AGENTS = {"oracle": fn, "random": fn}`` (each ``fn(env, index, rng)``
-yields `ToolCall`s), and may give its environment a ``describe(index) -> str``
-shown beside each failure.
+yields one step per assistant turn: a `ToolCall`, or a text, an assistant message
+without a call, for tasks answered in text such as ``kg``), and may give its
+environment a ``describe(index) -> str`` shown beside each failure.
 """
 
 from __future__ import annotations
@@ -32,12 +33,19 @@ from agentrl.environments._dbbench import DBTask, ItemError
 from agentrl.environments._protocol import EnvError, Environment, Status
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["AGENTS", "CheckReport", "check", "scripts_for"]
+__all__ = ["AGENTS", "CheckReport", "agent_message", "check", "scripts_for"]
 
 AGENTS = ("oracle", "random")
 
-Actions = Iterator[ToolCall]
-"""A scripted agent's tool calls for one episode, one per assistant turn."""
+Actions = Iterator[ToolCall | str]
+"""A scripted agent's steps for one episode, one per assistant turn: a call or a text."""
+
+
+def agent_message(step: ToolCall | str) -> ChatMessage:
+    """The assistant message of one scripted step (a text is a message without a call)."""
+    if isinstance(step, str):
+        return ChatMessage("assistant", step)
+    return ChatMessage("assistant", "", [step])
 
 
 @dataclass
@@ -79,8 +87,9 @@ def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckRep
         calls = scripts[agent](env, index, rng)
         status, reward, transcript = Status.RUNNING, 0.0, []
         for n, call in enumerate(calls):
-            step = env.interact(start.session, ChatMessage("assistant", "", [call]))
-            transcript.append(f"{call.name}({call.arguments})")
+            step = env.interact(start.session, agent_message(call))
+            said = repr(call) if isinstance(call, str) else f"{call.name}({call.arguments})"
+            transcript.append(said)
             transcript += [f"-> {m.content[:120]}" for m in step.messages]
             if step.finish:
                 status, reward = step.status, step.reward
@@ -126,7 +135,7 @@ def _db_oracle(env: DBTask, index: int, rng: random.Random) -> Actions:
     item = env.item(index)
     if item.mutation:
         for sql in item.label:
-            yield _call("execute_sql", sql=sql)
+            yield _call("execute_sql", query=sql)
         yield _call("commit_final_answer", answers=[])
     else:
         yield _call("commit_final_answer", answers=list(item.label))
@@ -134,7 +143,7 @@ def _db_oracle(env: DBTask, index: int, rng: random.Random) -> Actions:
 
 def _db_random(env: DBTask, index: int, rng: random.Random) -> Actions:
     item = env.item(index)
-    yield _call("execute_sql", sql=f'SELECT * FROM "{item.table_name}" LIMIT 3')
+    yield _call("execute_sql", query=f"SELECT * FROM `{item.table_name}` LIMIT 3")
     if item.mutation or not item.rows:
         yield _call("commit_final_answer", answers=[])
     else:

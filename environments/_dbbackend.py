@@ -1,19 +1,26 @@
 """Databases for the ``db`` task: SQLite in memory (default) or a MySQL/MariaDB server.
 
 Both give each session a database of its own that holds only the item's table,
-behind the same small interface (`Database`): ``execute`` one statement,
-``table_rows`` (the order-free state of a table), ``close``. Errors the
+built as AgentBench builds it: every column ``TEXT``, every value written as
+Python's ``str(value)`` (so ``None`` is the text ``None``). The interface
+(`Database`): ``execute`` one statement, ``text_rows`` (a table's values read as
+text, for the judge's hash), ``close``. Errors the
 statement causes (syntax, unknown column, a statement over the time limit) are
 `StatementError`: an observation for the model. Losing the server is
 `InfraError`: the rollout retries the episode on a fresh environment.
 
 The MySQL backend runs AgentBench's SQL in its own dialect (backquoted names,
-``\\'`` escapes, MySQL functions) on tables built as AgentBench builds them: every
-column ``TEXT``. The model's statements run as an account made for the session
+``\\'`` escapes, MySQL functions). The model's statements run as an account made for the session
 (``agentrl_<random>``, privileges on its own database only, dropped with it), so a
 session cannot read or drop another's; the URL's account needs CREATE USER and GRANT.
-SQLite keeps the item's declared column types (SQLite's type
-affinity accepts any value in any column). Each session creates a
+SQLite reads MySQL's string escapes and names
+that start with a digit through `_dbdialect.to_sqlite`, and compares text columns
+without regard to case or accents (`mysql_collation`), as MySQL 8's default
+collation ``utf8mb4_0900_ai_ci`` does (``'Montreal' = 'Montréal'``). On a server,
+the session's ``sql_mode`` drops the STRICT modes: AgentBench's labels were made on
+a server where ``UPDATE ... WHERE text_column = 16`` changes the rows that compare
+equal instead of failing on the ones that are not numbers.
+Each session creates a
 database ``agentrl_<random>`` on the server and drops it on ``close``; a
 statement runs at most ``statement_timeout`` seconds (MariaDB's
 ``max_statement_time``, MySQL's ``max_execution_time`` for SELECT).
@@ -25,6 +32,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 
 import structlog
 
+from agentrl.environments._dbdialect import to_sqlite
 from agentrl.environments._protocol import EnvError, InfraError
 
 __all__ = [
@@ -41,6 +50,8 @@ __all__ = [
     "MySQLDatabase",
     "SQLiteDatabase",
     "StatementError",
+    "column_names",
+    "mysql_collation",
     "open_database",
     "parse_database_url",
 ]
@@ -62,8 +73,8 @@ class Database(Protocol):
         """Run one statement, commit, return the rows it produced (empty for changes)."""
         ...
 
-    def table_rows(self, table: str) -> list[tuple]:
-        """Every row of ``table``, sorted: the table's state whatever the row order."""
+    def text_rows(self, table: str, columns: Sequence[str]) -> list[tuple]:
+        """The ``columns`` of every row of ``table`` read as text (NULL as None)."""
         ...
 
     def close(self) -> None:
@@ -122,11 +133,33 @@ def open_database(
     return SQLiteDatabase(table, columns, rows, statement_timeout=spec.statement_timeout)
 
 
-def _sort_rows(rows: Sequence[Sequence[Any]]) -> list[tuple]:
-    return sorted((tuple(r) for r in rows), key=lambda row: [(v is None, str(v)) for v in row])
+def _as_written(rows: Sequence[Sequence[Any]]) -> list[tuple[str, ...]]:
+    """Rows as AgentBench inserts them: every value ``str(value)``."""
+    return [tuple(str(v) for v in row) for row in rows]
+
+
+def column_names(columns: Sequence[tuple[str, str]]) -> list[str]:
+    """The names the columns get (MySQL refuses an empty name: such a column is ``_col<i>``)."""
+    return [name or f"_col{i}" for i, (name, _kind) in enumerate(columns)]
 
 
 # --- SQLite --------------------------------------------------------------------------
+
+
+COLLATION = "agentbench"
+"""The collation of every SQLite text column (`mysql_collation`)."""
+
+
+def _fold(text: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def mysql_collation(a: str, b: str) -> int:
+    """Order two texts without regard to case or accents (-1, 0, 1), as MySQL's
+    ``utf8mb4_0900_ai_ci`` does for the letters it folds."""
+    x, y = _fold(a), _fold(b)
+    return (x > y) - (x < y)
 
 
 def _dq(name: str) -> str:
@@ -134,7 +167,7 @@ def _dq(name: str) -> str:
 
 
 class SQLiteDatabase:
-    """An in-memory SQLite database (MySQL's ``\\'`` string escapes are accepted).
+    """An in-memory SQLite database reading MySQL statements (`_dbdialect.to_sqlite`).
 
     A statement is interrupted after ``statement_timeout`` seconds (a recursive
     query may otherwise never end).
@@ -151,12 +184,13 @@ class SQLiteDatabase:
         self._timeout = statement_timeout
         self._deadline = float("inf")
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.create_collation(COLLATION, mysql_collation)
         self._db.set_progress_handler(lambda: time.monotonic() > self._deadline, 10_000)
-        cols = ", ".join(f"{_dq(name)} {kind}" for name, kind in columns)
+        cols = ", ".join(f"{_dq(name)} TEXT COLLATE {COLLATION}" for name in column_names(columns))
         marks = ", ".join("?" for _ in columns)
         try:
             self._db.execute(f"CREATE TABLE {_dq(table)} ({cols})")
-            self._db.executemany(f"INSERT INTO {_dq(table)} VALUES ({marks})", rows)
+            self._db.executemany(f"INSERT INTO {_dq(table)} VALUES ({marks})", _as_written(rows))
             self._db.commit()
         except sqlite3.Error as exc:
             self._db.close()
@@ -165,21 +199,22 @@ class SQLiteDatabase:
     def execute(self, sql: str) -> list[tuple]:
         self._deadline = time.monotonic() + self._timeout
         try:
-            cursor = self._db.execute(sql.strip().replace("\\'", "''"))
+            cursor = self._db.execute(to_sqlite(sql.strip()))
             rows = cursor.fetchall()
             self._db.commit()
         except sqlite3.OperationalError as exc:
             if str(exc) == "interrupted":
                 raise StatementError(f"the statement ran over {self._timeout:g} s") from exc
             raise StatementError(str(exc)) from exc
-        except (sqlite3.Error, sqlite3.Warning, UnicodeEncodeError) as exc:
+        except (sqlite3.Error, sqlite3.Warning, UnicodeEncodeError, ValueError) as exc:
             raise StatementError(str(exc)) from exc
         finally:
             self._deadline = float("inf")
         return rows
 
-    def table_rows(self, table: str) -> list[tuple]:
-        return _sort_rows(self.execute(f"SELECT * FROM {_dq(table)}"))
+    def text_rows(self, table: str, columns: Sequence[str]) -> list[tuple]:
+        cols = ", ".join(f"CAST({_dq(name)} AS TEXT)" for name in columns)
+        return self.execute(f"SELECT {cols} FROM {_dq(table)}")
 
     def close(self) -> None:
         self._db.close()
@@ -227,14 +262,12 @@ class MySQLDatabase:
             raise
         # Every column TEXT, as AgentBench builds its MySQL tables: the data's declared
         # types do not always fit its values ('No INT' in an INT column, dates in prose).
-        # MySQL refuses an empty column name; such a column is named _col<i>.
-        names = [name or f"_col{i}" for i, (name, _kind) in enumerate(columns)]
-        cols = ", ".join(f"{_bq(name)} TEXT" for name in names)
+        cols = ", ".join(f"{_bq(name)} TEXT" for name in column_names(columns))
         marks = ", ".join("%s" for _ in columns)
         try:
             self._run(f"CREATE TABLE {_bq(table)} ({cols})")
             with self._conn.cursor() as cursor:
-                cursor.executemany(f"INSERT INTO {_bq(table)} VALUES ({marks})", list(rows))
+                cursor.executemany(f"INSERT INTO {_bq(table)} VALUES ({marks})", _as_written(rows))
         except (StatementError, pymysql.err.MySQLError) as exc:
             self.close()
             raise StatementError(str(exc)) from exc
@@ -258,8 +291,8 @@ class MySQLDatabase:
     def _limit_statements(self, seconds: float) -> None:
         try:
             with self._conn.cursor() as cursor:
-                cursor.execute("SELECT VERSION()")
-                version = str(cursor.fetchone()[0])
+                cursor.execute("SELECT VERSION(), @@SESSION.sql_mode")
+                version, mode = (str(v) for v in cursor.fetchone())
         except self._pymysql.err.MySQLError as exc:
             raise InfraError(f"db: the MySQL server failed SELECT VERSION(): {exc}") from exc
         if "mariadb" in version.lower():
@@ -267,6 +300,8 @@ class MySQLDatabase:
         else:
             limit = f"SET SESSION max_execution_time = {int(seconds * 1000)}"
         self._server_call(limit, self._conn)
+        lenient = ",".join(m for m in mode.split(",") if m and not m.startswith("STRICT_"))
+        self._server_call(f"SET SESSION sql_mode = '{lenient}'", self._conn)
 
     def _server_call(self, sql: str, conn=None) -> None:
         """A statement of ours (on the admin connection unless ``conn``): any failure
@@ -297,8 +332,9 @@ class MySQLDatabase:
         # The model's text goes in as it is: ``%`` is not a placeholder without args.
         return self._run(sql.strip())
 
-    def table_rows(self, table: str) -> list[tuple]:
-        return _sort_rows(self._run(f"SELECT * FROM {_bq(table)}"))
+    def text_rows(self, table: str, columns: Sequence[str]) -> list[tuple]:
+        cols = ", ".join(f"CAST({_bq(name)} AS CHAR)" for name in columns)
+        return self._run(f"SELECT {cols} FROM {_bq(table)}")
 
     def close(self) -> None:
         with self._lock:

@@ -1,89 +1,139 @@
 """The ``db`` task: answer questions about a table, or change it, with SQL (AgentBench DB).
 
-Each instance is one item in AgentBench's dbbench format (a JSON object per line):
-``description`` (the question or the change to make), ``add_description`` (the
-table's name and headers), ``table`` (``table_name``, ``table_info.columns`` with
-``name``/``type``, ``table_info.rows``), ``type`` (``["INSERT"]``, ``["UPDATE"]``,
-``["DELETE"]`` or a query kind such as ``["counting"]``) and ``label``: the
-expected answers for queries, the gold SQL statement(s) for changes.
-
+Each full-level instance is one item in AgentBench's dbbench format (`_dbitems`).
 A session gets a fresh database holding only the item's table, nothing shared
 between sessions: SQLite in memory by default, or with ``database=mysql://user:pass@host:port``
 a database of its own on a MySQL/MariaDB server, dropped when the session ends
-(`_dbbackend`; ``statement_timeout`` seconds per statement). Tools, as in AgentBench:
+(`_dbbackend`; ``statement_timeout`` seconds per statement), every column ``TEXT``
+as AgentBench builds its tables. The prompt is AgentBench's (``dbbench/task.py``):
+its system prompt, then one user message ``Evidence about the question: ...``
+(when the item has evidence), ``Additional table information about the
+question: ...`` and ``Question: ...``. Tools, as AgentBench's ``dbbench.yaml``:
 
-- ``execute_sql(sql)``: runs one statement; the observation is the result rows
-  (JSON, at most 50 shown) or the database's error message. An error is an
-  observation the model can react to, not an ending.
-- ``commit_final_answer(answers)``: ends the episode. Queries succeed when the
-  answers equal the label as a multiset of values (numbers compared within 1e-6
-  after parsing, text after trimming); changes succeed when the table holds
-  exactly the rows the gold SQL produces on a fresh copy (compared as sorted
-  rows: AgentBench hashes the table the same way, on MySQL).
+- ``execute_sql(query)``: runs one statement; the observation is the result rows
+  as Python prints them (``[('Jupiter',)]``), cut at 800 characters then
+  ``[TRUNCATED]``, ``No response from database.`` for none, or the database's
+  error message. An error is an observation the model can react to, not an ending.
+- ``commit_final_answer(answers)``: ends the episode, judged as AgentBench judges
+  it (`_dbjudge`): a query's answers against its label (numbers within 1e-2, sets
+  of values, ``%`` and thousands separators dropped, null/none/nan as ``0``); a
+  change by AgentBench's hash of the table against the item's ``answer_md5`` (or,
+  without one, the hash of the table the gold SQL gives on a fresh copy). An
+  ``answers`` that is neither text nor a list (a number, an object) ends the
+  episode with reward 0, as it stops AgentBench's episode with an error.
 
-Endings other than ``completed``: no tool call, an unknown tool or bad arguments
--> ``agent_invalid_action``; ``max_turns`` assistant messages without a commit ->
-``task_limit_reached``. An item whose table cannot be built or whose gold SQL
-does not run raises `ItemError` when it is started (a data problem, reported by
-``agentrl-env check``).
+Bad calls, as AgentBench's ``dbbench/task.py`` answers them (the episode goes
+on): a message with no tool call gets the user message `NO_TOOL_CALL`; a call
+whose arguments are not a JSON object gets the tool message `BAD_ARGUMENTS`; a
+call to another tool gets `INVALID_FUNCTION`. Every call of a message runs in
+order, up to a commit, which ends the episode at once. Like AgentBench, a tool
+reads its first argument when its own name is missing (``{"query": ...}`` works
+for ``execute_sql``); a call with no argument at all gets `BAD_ARGUMENTS`. The
+only other ending: the turn limit (``max_turns`` assistant messages, 15 as in
+AgentBench's ``configs/tasks/dbbench.yaml``, or the level's own limit) without
+a commit -> ``task_limit_reached``, reward 0. An item whose table cannot be
+built or whose gold SQL does not run raises `ItemError` when it is started (a
+data problem, reported by ``agentrl-env check``).
 
-Data: ``data=PATH`` reads a JSONL file in this format (the full AgentBench
-``dev.jsonl`` works); without it the built-in set ``data/db_builtin.jsonl`` is used.
+Options: ``data=PATH`` reads a dbbench JSONL file (the full AgentBench
+``dev.jsonl`` works; default the built-in ``data/db_builtin.jsonl``); ``split``
+(``train``, ``test`` or ``all``) and ``seed`` choose the items by a hash of
+their content (`_split`); ``levels`` (default ``[2]``, the data set only) mixes
+in the generated levels of `_db_levels` (0: select a named column, 1: a WHERE
+filter; 4 turns each): instance ``index`` plays ``levels[index % len(levels)]``
+(`_graded`), and ``generated`` sets how many instances per generated level
+there are when level 2 is not among them.
+
+Metrics on the finishing step: ``env/turns``, ``env/statements``,
+``env/sql_errors``, ``env/bad_calls`` (protocol replies above), ``env/mutation``,
+``env/level``, ``env/success``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from agentrl.environments._db_levels import GENERATED_LEVELS, LEVEL_TURNS, make_level
 from agentrl.environments._dbbackend import (
     Database,
     StatementError,
+    column_names,
     open_database,
     parse_database_url,
 )
-from agentrl.environments._protocol import EnvError, SessionClosed, Start, Status, Step
+from agentrl.environments._dbitems import (
+    FULL_LEVEL,
+    MUTATIONS,
+    DBItem,
+    ItemError,
+    content_key,
+    load_items,
+    parse_item,
+)
+from agentrl.environments._dbjudge import same_answers, same_table, table_hash
+from agentrl.environments._graded import LevelPlan, check_levels, generate
+from agentrl.environments._protocol import SessionClosed, Start, Status, Step
+from agentrl.environments._split import check_split, split_items
 from agentrl.environments._toolcalls import call_arguments, tool_reply
 from agentrl.messages import ChatMessage
 
-__all__ = ["DBItem", "DBTask", "ItemError", "load_items"]
+__all__ = [
+    "FULL_LEVEL",
+    "MUTATIONS",
+    "DBItem",
+    "DBTask",
+    "ItemError",
+    "load_items",
+    "parse_item",
+    "same_answers",
+]
 
 log = structlog.get_logger(__name__)
 
-MUTATIONS = ("INSERT", "UPDATE", "DELETE")
-SHOWN_ROWS = 50
-_TOLERANCE = 1e-6
+SHOWN_CHARS = 800
+"""An observation longer than this is cut and ends with ``[TRUNCATED]`` (AgentBench's)."""
+NO_ROWS = "No response from database."
+"""The observation of a statement that returns no rows (AgentBench's text)."""
 
-SYSTEM_PROMPT = (
-    "You answer questions about a database table, or change it as asked, using SQL. "
-    "Run statements with execute_sql. When you know the answer, call commit_final_answer "
-    "with the answer values; after a change (INSERT, UPDATE, DELETE), call it with an "
-    "empty list."
-)
+NO_TOOL_CALL = "Internal error: No tool calls found despite finish reason."
+"""User message answering a message without a tool call (AgentBench's text)."""
+BAD_ARGUMENTS = "Error: Failed to parse tool call. Tool call format is incorrect."
+"""Tool message answering a call whose arguments cannot be read (AgentBench's text)."""
+INVALID_FUNCTION = "Invalid function call. Please call a tool instead."
+"""Tool message answering a call to an unknown tool (AgentBench's text)."""
+
+SYSTEM_PROMPT = """I will ask you a question, then you should help me operate a MySQL database with SQL to answer the question.
+You have to explain the problem and your solution to me and write down your thoughts.
+After thinking and explaining thoroughly, every round you can choose to operate or to answer with the two specific tools provided.
+If you should execute a SQL query, use the `execute_sql` function, Your SQL should be in one line.
+Every time you can only execute one SQL statement. I will only execute the statement in the first SQL code block. Every time you write a SQL, I will execute it for you and give you the output.
+If you are done operating, and you want to commit your final answer, then use the `commit_final_answer` function.
+DO NOT use this tool unless you are sure about your answer. I expect an accurate and correct answer.
+Your answer should be accurate. Your answer must be exactly the same as the correct answer.
+If the question is about modifying the database, then after done operation, your answer field can be anything.
+If your response cannot match any pattern I mentioned earlier, you will be judged as FAIL immediately.
+You should always use the tools provided to submit your answer. Be careful not to write it in the content field.
+Your input will be raw MySQL response, you have to deal with it by yourself."""  # noqa: E501
+"""AgentBench's system prompt, word for word (``src/server/tasks/dbbench/task.py``)."""
 
 TOOLS: list[dict] = [
     {
         "type": "function",
         "function": {
             "name": "execute_sql",
-            "description": "Execute one SQL statement on the database and see its result.",
+            "description": "Executes a given SQL statement on the database and returns the result.",
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "sql": {
-                        "type": "string",
-                        "description": "The SQL statement.",
-                        "examples": ["SELECT COUNT(*) FROM `people`"],
-                    }
+                    "query": {"type": "string", "description": "The SQL query to be executed."}
                 },
-                "required": ["sql"],
+                "required": ["query"],
+                "additionalProperties": False,
             },
         },
     },
@@ -91,107 +141,46 @@ TOOLS: list[dict] = [
         "type": "function",
         "function": {
             "name": "commit_final_answer",
-            "description": "Give the final answer values. This ends the task.",
+            "description": "Commits the final answer after all operations are completed.",
             "parameters": {
                 "type": "object",
                 "properties": {
                     "answers": {
                         "type": "array",
                         "items": {"type": "string"},
-                        "description": "The answer values (empty after a change).",
-                        "examples": [["42"]],
+                        "description": "The list of final answers to commit.",
                     }
                 },
                 "required": ["answers"],
+                "additionalProperties": False,
             },
         },
     },
 ]
+"""AgentBench's tools (``configs/tasks/dbbench.yaml``)."""
 
 
-class ItemError(EnvError):
-    """A data item that cannot be run: malformed, its table or its gold SQL fails."""
-
-
-@dataclass(frozen=True, slots=True)
-class DBItem:
-    """One dbbench item."""
-
-    description: str
-    table_name: str
-    columns: tuple[tuple[str, str], ...]
-    """(name, SQL type) per column."""
-    rows: tuple[tuple[Any, ...], ...]
-    kind: str
-    """``INSERT``, ``UPDATE``, ``DELETE`` or a query kind (``counting``, ``other``, ...)."""
-    label: tuple[str, ...]
-    """Expected answers (queries) or the gold SQL statements (changes)."""
-    add_description: str = ""
-
-    @property
-    def mutation(self) -> bool:
-        return self.kind in MUTATIONS
-
-
-def parse_item(raw: Any, where: str) -> DBItem:
-    """One dbbench JSON object -> `DBItem`; `ItemError` names what is wrong."""
-    try:
-        table = raw["table"]
-        info = table["table_info"]
-        columns = tuple((str(c["name"]), str(c.get("type") or "TEXT")) for c in info["columns"])
-        rows = tuple(tuple(row) for row in info["rows"])
-        kinds = raw["type"]
-        kind = str(kinds[0] if isinstance(kinds, list) else kinds)
-        label = raw["label"]
-        label = tuple(str(v) for v in (label if isinstance(label, list) else [label]))
-        item = DBItem(
-            description=str(raw["description"]),
-            table_name=str(table["table_name"]),
-            columns=columns,
-            rows=rows,
-            kind=kind,
-            label=label,
-            add_description=str(raw.get("add_description") or ""),
-        )
-    except (KeyError, TypeError, IndexError) as exc:
-        raise ItemError(f"{where}: not a dbbench item ({type(exc).__name__}: {exc})") from exc
-    if not columns:
-        raise ItemError(f"{where}: the table has no columns")
-    if any(len(row) != len(columns) for row in rows):
-        raise ItemError(f"{where}: a row does not have {len(columns)} values")
-    return item
-
-
-def load_items(path: str | Path | None = None) -> list[DBItem]:
-    """Items of a dbbench JSONL file (the built-in set when ``path`` is None)."""
-    if path is None:
-        text = resources.files("agentrl.environments").joinpath("data/db_builtin.jsonl")
-        lines, where = text.read_text().splitlines(), "built-in db set"
-    else:
-        lines, where = Path(path).read_text().splitlines(), str(path)
-    items = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ItemError(f"{where}:{number}: not JSON ({exc.msg})") from exc
-        items.append(parse_item(raw, f"{where}:{number}"))
-    if not items:
-        raise ItemError(f"{where}: no items")
-    return items
+def user_prompt(item: DBItem) -> str:
+    """The user message AgentBench opens with (its ``start_sample``)."""
+    text = ""
+    if item.evidence:
+        text += f"Evidence about the question: {item.evidence}\n"
+    if item.add_description:
+        text += f"Additional table information about the question: {item.add_description}\n"
+    return text + f"Question: {item.description}\n"
 
 
 @dataclass(slots=True)
 class _Session:
     item: DBItem
     db: Database
-    expected: list[tuple] | None
-    """Sorted rows the table must hold after a change (None for queries)."""
+    expected: str | None
+    """The hash the table must have after a change (None for queries)."""
+    max_turns: int
     turns: int = 0
     statements: int = 0
     errors: int = 0
+    bad_calls: int = 0
     done: bool = False
 
 
@@ -202,16 +191,29 @@ class DBTask:
         self,
         *,
         data: str | None = None,
-        max_turns: int = 6,
+        max_turns: int = 15,
         database: str | None = None,
         statement_timeout: float = 10.0,
+        split: str = "train",
+        seed: int = 0,
+        levels: Sequence[int] = (FULL_LEVEL,),
+        generated: int = 1000,
     ) -> None:
         if max_turns < 1:
             raise ValueError("db: max_turns must be >= 1")
         if statement_timeout <= 0:
             raise ValueError("db: statement_timeout must be > 0")
+        if generated < 1:
+            raise ValueError("db: generated must be >= 1")
+        self._split = check_split(split, "db")
+        self._seed = seed
+        self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "db")
         self._spec = parse_database_url(database, statement_timeout=statement_timeout)
-        self._items = load_items(data)
+        items = load_items(data) if FULL_LEVEL in self._levels else []
+        self._items = split_items(items, map(content_key, items), split, seed)
+        if FULL_LEVEL in self._levels and not self._items:
+            raise ValueError(f"db: the {split} split of the data holds no item")
+        self._plan = LevelPlan(self._levels, FULL_LEVEL, len(self._items), generated)
         self._max_turns = max_turns
 
     @property
@@ -219,13 +221,23 @@ class DBTask:
         return copy.deepcopy(TOOLS)
 
     @property
+    def levels(self) -> tuple[int, ...]:
+        """The ``levels`` option: instance ``index`` plays ``levels[index % len(levels)]``."""
+        return tuple(self._levels)
+
+    @property
     def num_instances(self) -> int:
-        return len(self._items)
+        return self._plan.num_instances
 
     def item(self, index: int) -> DBItem:
-        if not 0 <= index < len(self._items):
-            raise IndexError(f"db: index {index} not in [0, {len(self._items)})")
-        return self._items[index]
+        """The item instance ``index`` plays (a data-set item or a generated one)."""
+        try:
+            level, k = self._plan.locate(index)
+        except IndexError as exc:
+            raise IndexError(f"db: {exc}") from None
+        if level == FULL_LEVEL:
+            return self._items[k]
+        return generate("db", level, self._split, self._seed, k, lambda rng: make_level(level, rng))
 
     def describe(self, index: int) -> str:
         """One line naming instance ``index`` (shown beside its failures by the check)."""
@@ -234,60 +246,66 @@ class DBTask:
 
     def start(self, index: int) -> Start:
         item = self.item(index)
-        expected = None
-        if item.mutation:
-            reference = self._open(item, index)
-            try:
-                for sql in item.label:
-                    reference.execute(sql)
-                expected = reference.table_rows(item.table_name)
-            except StatementError as exc:
-                raise ItemError(f"item {index}: the gold SQL fails: {exc}") from exc
-            finally:
-                reference.close()
+        expected = (item.answer_md5 or self._gold_hash(item, index)) if item.mutation else None
         db = self._open(item, index)
-        question = item.description
-        if item.add_description:
-            question += "\n" + item.add_description
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=question),
+            ChatMessage(role="user", content=user_prompt(item)),
         ]
-        return Start(session=_Session(item, db, expected), messages=messages)
+        limit = min(self._max_turns, LEVEL_TURNS.get(item.level, self._max_turns))
+        return Start(session=_Session(item, db, expected, limit), messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         if session.done:
             raise SessionClosed("db: interact on a session that has ended")
         session.turns += 1
-        if not message.tool_calls:
-            return self._end(session, Status.AGENT_INVALID_ACTION, "no tool call")
         replies: list[ChatMessage] = []
+        if not message.tool_calls:
+            session.bad_calls += 1
+            replies.append(ChatMessage(role="user", content=NO_TOOL_CALL))
         for call in message.tool_calls:
             args = call_arguments(call)
-            if call.name == "execute_sql":
-                sql = args.get("sql") if args is not None else None
-                if not isinstance(sql, str) or not sql.strip():
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "bad execute_sql args")
-                session.statements += 1
-                try:
-                    result = _show(session.db.execute(sql))
-                except StatementError as exc:
-                    session.errors += 1
-                    result = f"error: {exc}"
-                replies.append(tool_reply(call, result))
-            elif call.name == "commit_final_answer":
-                answers = args.get("answers") if args is not None else None
-                if isinstance(answers, str | int | float) and not isinstance(answers, bool):
-                    answers = [answers]
-                if not isinstance(answers, list):
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "bad answer args")
-                correct = self._judge(session, [str(a) for a in answers])
-                return self._end(session, Status.COMPLETED, "committed", success=correct)
+            if call.name not in ("execute_sql", "commit_final_answer"):
+                session.bad_calls += 1
+                replies.append(tool_reply(call, INVALID_FUNCTION))
+                continue
+            value = _argument(args, "query" if call.name == "execute_sql" else "answers")
+            if value is _MISSING:
+                session.bad_calls += 1
+                replies.append(tool_reply(call, BAD_ARGUMENTS))
+            elif call.name == "execute_sql":
+                replies.append(tool_reply(call, self._execute(session, value)))
+            elif value and not isinstance(value, (str, list)):
+                return self._end(session, Status.COMPLETED, "answers not text nor a list", replies)
             else:
-                return self._end(session, Status.AGENT_INVALID_ACTION, "unknown tool", replies)
-        if session.turns >= self._max_turns:
+                correct = self._judge(session, value)
+                return self._end(session, Status.COMPLETED, "committed", replies, success=correct)
+        if session.turns >= session.max_turns:
             return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", replies)
         return Step(messages=replies, status=Status.RUNNING, reward=0.0, finish=False, metrics={})
+
+    def _execute(self, session: _Session, sql: Any) -> str:
+        if not isinstance(sql, str) or not sql.strip():
+            session.errors += 1
+            return "error: the SQL statement must be a non-empty string"
+        session.statements += 1
+        try:
+            return _show(session.db.execute(sql))
+        except StatementError as exc:
+            session.errors += 1
+            return f"error: {exc}"
+
+    def _gold_hash(self, item: DBItem, index: int) -> str:
+        """The hash of the table the gold SQL gives on a fresh copy."""
+        reference = self._open(item, index)
+        try:
+            for sql in item.label:
+                reference.execute(sql)
+            return table_hash(reference.text_rows(item.table_name, column_names(item.columns)))
+        except StatementError as exc:
+            raise ItemError(f"item {index}: the gold SQL fails: {exc}") from exc
+        finally:
+            reference.close()
 
     def _open(self, item: DBItem, index: int) -> Database:
         try:
@@ -300,13 +318,15 @@ class DBTask:
             session.done = True
             session.db.close()
 
-    def _judge(self, session: _Session, answers: list[str]) -> bool:
+    def _judge(self, session: _Session, answers: Any) -> bool:
+        item = session.item
         if session.expected is not None:
             try:
-                return session.db.table_rows(session.item.table_name) == session.expected
+                rows = session.db.text_rows(item.table_name, column_names(item.columns))
             except StatementError:
-                return False  # the model dropped or renamed the table
-        return same_answers(answers, list(session.item.label))
+                return False  # the model dropped the table or one of its columns
+            return same_table(table_hash(rows), session.expected)
+        return same_answers(answers, list(item.label))
 
     def _end(
         self,
@@ -323,46 +343,29 @@ class DBTask:
             "env/turns": float(session.turns),
             "env/statements": float(session.statements),
             "env/sql_errors": float(session.errors),
+            "env/bad_calls": float(session.bad_calls),
             "env/mutation": float(session.item.mutation),
+            "env/level": float(session.item.level),
             "env/success": float(success),
         }
         log.debug("db episode ended", status=status.value, why=why, **metrics)
         return Step.end(status, 1.0 if success else 0.0, metrics, replies)
 
 
-# --- the database -------------------------------------------------------------------
+_MISSING = object()
 
 
-def same_answers(given: list[str], label: list[str]) -> bool:
-    """Equal as multisets of values: numbers within 1e-6, text after trimming."""
-    if len(given) != len(label):
-        return False
-    remaining = [_value(v) for v in label]
-    for value in map(_value, given):
-        match = next((i for i, want in enumerate(remaining) if _equal(value, want)), None)
-        if match is None:
-            return False
-        remaining.pop(match)
-    return True
-
-
-def _value(text: str) -> float | str:
-    cleaned = text.strip()
-    try:
-        number = float(cleaned.replace(",", ""))
-    except ValueError:
-        return cleaned
-    return number if math.isfinite(number) else cleaned
-
-
-def _equal(a: float | str, b: float | str) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=0.0, abs_tol=_TOLERANCE)
-    return a == b
+def _argument(args: dict[str, Any] | None, name: str) -> Any:
+    """The argument ``name``, else the first one (AgentBench reads ``values()[0]``);
+    `_MISSING` when the arguments are unreadable or empty (a JSON null is a value)."""
+    if not args:
+        return _MISSING
+    return args[name] if name in args else next(iter(args.values()))
 
 
 def _show(rows: list[tuple]) -> str:
-    shown = json.dumps([list(row) for row in rows[:SHOWN_ROWS]], default=str)
-    if len(rows) > SHOWN_ROWS:
-        return f"{shown} ... ({len(rows)} rows, first {SHOWN_ROWS} shown)"
-    return shown
+    """Rows as AgentBench shows them: Python's text of the list of row tuples."""
+    if not rows:
+        return NO_ROWS
+    shown = str([tuple(row) for row in rows])
+    return shown[:SHOWN_CHARS] + "[TRUNCATED]" if len(shown) > SHOWN_CHARS else shown

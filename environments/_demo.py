@@ -7,8 +7,12 @@ with an ``oracle``, or built into `_check`): each session's opening messages bec
 
     system, demo user, (demo assistant call, demo tool reply) x steps, user ...
 
-where the demo is the oracle's first ``steps`` actions on instance
-``(index + 1) % num_instances``, run through the task itself, with each call
+(opening messages that the demo instance shares with the episode's, such as a
+task's fixed example, come once, before the demo), where the demo is the oracle's
+first ``steps`` actions on instance
+``(index + len(levels)) % num_instances`` (the next instance of the same level:
+indices cycle through a task's ``levels``; 1 for a task without levels), run
+through the task itself, with each call
 written as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` text (the
 form the calculator's demo uses and the parser reads). Demos are computed once
 per demo instance and kept. Tasks with a ``demo`` option of their own
@@ -29,7 +33,9 @@ from agentrl.messages import ChatMessage, ToolCall
 __all__ = ["DemoPrompt", "with_demo"]
 
 
-def _call_text(call: ToolCall) -> str:
+def _call_text(call: ToolCall | str) -> str:
+    if isinstance(call, str):  # a scripted step without a call: the text itself
+        return call
     try:
         arguments = json.loads(call.arguments)
     except json.JSONDecodeError:
@@ -72,9 +78,18 @@ class DemoPrompt:
         start = self._env.start(index)
         if self.num_instances < 2:
             return start
-        demo = self._demo((index + 1) % self.num_instances)
+        # The next instance of the same level (indices cycle through the task's levels).
+        stride = len(getattr(self._env, "levels", ())) or 1
+        demo = self._demo((index + stride) % self.num_instances)
         head = start.messages[:1] if start.messages[0].role == "system" else []
-        return Start(session=start.session, messages=head + demo + start.messages[len(head) :])
+        rest = start.messages[len(head) :]
+        # Opening messages every instance starts with (a task's fixed example, e.g. kg's
+        # one-shot) are shown once, before the demo; the episode's last one always follows it.
+        shared = 0
+        while shared < min(len(rest) - 1, len(demo)) and demo[shared] == rest[shared]:
+            shared += 1
+        messages = head + rest[:shared] + demo[shared:] + rest[shared:]
+        return Start(session=start.session, messages=messages)
 
     def interact(self, session: Any, message: ChatMessage) -> Step:
         return self._env.interact(session, message)
@@ -92,7 +107,11 @@ class DemoPrompt:
         try:
             actions = self._oracle(self._env, index, random.Random(index))
             for _, call in zip(range(self._steps), actions, strict=False):
-                step = self._env.interact(start.session, ChatMessage("assistant", "", [call]))
+                if isinstance(call, str):  # a scripted step without a call: plain text
+                    said = ChatMessage("assistant", call)
+                else:
+                    said = ChatMessage("assistant", "", [call])
+                step = self._env.interact(start.session, said)
                 messages.append(ChatMessage(role="assistant", content=_call_text(call)))
                 messages += step.messages
                 if step.finish:

@@ -8,9 +8,12 @@ are kept when present. Loading checks every gold action against the grammar
 and the ``#N`` numbering: an action may only name variables made before it.
 
 The scripted agents of ``agentrl-env check`` live here too (`CHECK_AGENTS`, offered
-by the task module): ``oracle`` replays the gold actions through the tools and
-answers the last variable; ``random`` takes one or two hops along random
-relations from a random entity of the question and answers that.
+by the task module): ``oracle`` replays the gold actions through the tools (an
+entity of the question by its name, as the question shows it) and answers the
+last variable; ``random`` takes one or two hops along random relations from a
+random entity of the question and answers that. Both answer as AgentBench asks,
+with the text ``Final Answer: #N`` (with the ``final_answer`` tool when the task
+offers it).
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ from agentrl.messages import ToolCall
 __all__ = [
     "CHECK_AGENTS",
     "CREATES",
+    "FULL_LEVEL",
     "PARAMS",
     "Action",
     "ItemError",
     "KGItem",
+    "content_key",
     "load_items",
     "parse_action",
     "variable_number",
@@ -84,6 +89,17 @@ class KGItem:
     answers: frozenset[str]
     """Gold ``answer_argument`` values (entity ids, or values such as a count)."""
     answer_names: tuple[str, ...] = ()
+    level: int = 2
+    """The graded level this item plays (`_kg_levels`; the data set's items are level 2)."""
+
+
+FULL_LEVEL = 2
+"""The level number of the data set's items (AgentBench's task); 0 and 1 are generated."""
+
+
+def content_key(item: KGItem) -> str:
+    """What makes an item itself, for the train/test split: its question and entities."""
+    return json.dumps([item.question, sorted(item.entities)])
 
 
 def variable_number(text: str) -> int | None:
@@ -176,33 +192,43 @@ def _call(name: str, **arguments: Any) -> ToolCall:
     return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
 
 
-def _oracle(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
+def _final(env: Any, number: int) -> ToolCall | str:
+    """The answer ``#number``: AgentBench's text, or the task's ``final_answer`` tool."""
+    if getattr(env, "answer_tool", False):
+        return _call("final_answer", variable=f"#{number}")
+    return f"Final Answer: #{number}"
+
+
+def _oracle(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall | str]:
     """Replay the item's gold actions through the tools, then answer the last variable."""
     item = env.item(index)
+    names = {e: name for name, e in reversed(item.entities) if not name.startswith("#")}
     for action in item.actions:
-        yield _call(action.name, **dict(zip(PARAMS[action.name], action.args, strict=True)))
+        args = [names.get(arg, arg) for arg in action.args]
+        yield _call(action.name, **dict(zip(PARAMS[action.name], args, strict=True)))
     made = sum(action.name in CREATES for action in item.actions)
-    yield _call("final_answer", variable=f"#{max(made - 1, 0)}")
+    yield _final(env, max(made - 1, 0))
 
 
-def _random(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
+def _random(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall | str]:
     """One or two hops along random relations from a random entity, then answer that."""
     item = env.item(index)
     if not item.entities:
-        yield _call("final_answer", variable="#0")
+        yield _final(env, 0)
         return
-    members = {rng.choice(item.entities)[1]}
-    arg, made = next(iter(members)), 0
+    name, entity = rng.choice(item.entities)
+    reached, shown, arg, made = {entity}, {entity}, name, 0
     for _ in range(rng.choice((1, 2))):
-        relations = sorted(env.backend.relations(members))
+        relations = sorted(env.backend.relations(shown))
         if not relations:
             break
         relation = rng.choice(relations)
         yield _call("get_relations", variable=arg)
         yield _call("get_neighbors", variable=arg, relation=relation)
-        members = env.backend.neighbors(members, relation)
+        reached = env.backend.neighbors(reached, relation)
+        shown = reached - {entity}  # a variable's listings leave out the entity it starts at
         arg, made = f"#{made}", made + 1
-    yield _call("final_answer", variable=f"#{max(made - 1, 0)}")
+    yield _final(env, max(made - 1, 0))
 
 
 CHECK_AGENTS = {"oracle": _oracle, "random": _random}

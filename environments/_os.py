@@ -8,18 +8,25 @@ message), ``start`` (a script started in the background, left running),
 solution), ``labels``.
 
 A session is a fresh sandbox (`agentrl.environments._sandbox`: bubblewrap on
-the host or a container; nothing is shared between sessions): ``init`` runs
-in it, then ``start``, then the model gets the description. Tools:
+the host or a container; nothing is shared between sessions): each ``init``
+script runs in it on its own (one that fails or runs over ``init_timeout``
+raises `ItemError`, a `SampleError`: the episode ends ``task_error`` and is not
+trained on, as AgentBench gives up such a sample with status ``unknown``), then
+``start`` runs in the agent's shell (`_os_shell`: its working directory,
+variables, functions and aliases carry over to the model's commands), then the
+model gets AgentBench's system prompt and question (`_os_tools`). Tools
+(AgentBench's, ``configs/tasks/os.yaml``):
 
-- ``bash_action(script)``: runs the script in the sandbox (the working
-  directory carries over between calls, as in AgentBench's shell; starts in
+- ``bash_action(script)``: runs the script in the agent's shell (starts in
   ``/root``); the observation is ``The output of the OS:`` and the output
   (stdout and stderr), cut to ``output_chars`` (800) with AgentBench's
   ``[truncated because the output is too long]``, or ``The output of the OS is
   empty.``; a command over ``timeout`` seconds is killed and the observation
   says so. An error is an observation, not an ending.
 - ``answer_action(answer)``: ends the episode with an answer.
-- ``finish_action()``: ends the episode (the task was to change the machine).
+- ``finish_action(thought)``: ends the episode (the task was to change the
+  machine); as AgentBench reads it, its ``thought`` is the answer the judge gets
+  (``None`` when the call has no argument).
 
 Judging, as AgentBench does it:
 
@@ -27,43 +34,73 @@ Judging, as AgentBench does it:
   bool}`` (equal) or ``{"regex": ...}`` (found in the answer). ``finish`` gives
   no answer, which matches nothing.
 - ``check``: a list of scripts run in turn in the session's sandbox, after the
-  model's actions. Each gets as arguments the answer (``str(answer)``, so
-  ``"None"`` after ``finish``) and the output of every script before it; a null
+  model's actions. Each gets as arguments the answer (``str(answer)``: the
+  thought after ``finish_action``, ``"None"`` without one) and the output of
+  every script before it; a null
   entry means "run the example here" (its output is typically the expected
   answer, compared by the next script). Success when every script exits 0.
 
 The example is read from ``evaluation.example`` only (AgentBench ignores one
-at the top level of an item). Endings other than ``completed``: no tool call,
-an unknown tool or bad arguments (a script or answer that is not a string,
-holds a NUL or a lone surrogate, or is over `MAX_ARG` bytes) ->
-``agent_invalid_action``; ``max_turns`` assistant messages without an end ->
-``task_limit_reached``. An item whose ``init`` runs over ``init_timeout``
-raises `ItemError`; a sandbox that breaks raises `SandboxError` (an
-InfraError: the rollout retries the episode).
+at the top level of an item).
+
+Bad calls, as AgentBench's ``os_interaction/task.py`` answers them (the episode
+goes on): a message with no tool call gets the user message `NO_TOOL_CALL`;
+only the first call of a message runs; arguments that are not JSON get a tool
+message with the JSON error; an unknown tool gets `INVALID_FUNCTION`; a script
+or answer that is not a string, holds a NUL or a lone surrogate, or is over
+`MAX_ARG` bytes gets a tool message saying so. A tool reads its first argument
+when its own name is missing (as AgentBench does). The only other ending:
+``max_turns`` (8, AgentBench's ``configs/tasks/os.yaml``) assistant messages
+without an end (or the level's own limit) -> ``task_limit_reached``, reward 0.
+A sandbox that breaks raises `SandboxError` (an InfraError: the rollout retries
+the episode).
 
 Options: ``data`` (a JSON/JSONL file; default: the built-in set under
 ``data/os/``), ``scripts`` (folder of ``{"file": ...}`` scripts), ``sandbox``
 (``bwrap`` or ``docker``; default: docker when it answers and has the image,
 else bwrap), ``image`` (default ``agentrl/os-sandbox``), ``images`` (item image
-name -> local image), ``max_turns`` (8), ``timeout`` (10 s per command),
+name -> local image; AgentBench's names ``default``, ``packages``, ``ubuntu``
+unmapped run in ``image``), ``max_turns`` (8), ``timeout`` (10 s per command),
 ``init_timeout`` and ``check_timeout`` (60 s), ``output_chars`` (800),
-``memory_mb`` (512), ``pids`` (256).
+``memory_mb`` (512), ``pids`` (256), ``split`` (``train``, ``test``, ``all``; the
+items by a hash of their description and checks, `_split`) and ``seed``.
+
+``levels`` (default ``[2]``, the data set only) mixes in the generated levels of
+`_os_levels` (0: read one named file; 1: count the lines of a file or the files
+of a folder; 4 turns each): instance ``index`` plays ``levels[index %
+len(levels)]`` (`_graded`), and ``generated`` sets how many instances per
+generated level there are when level 2 is not among them. The sandbox, judge
+and check agents run generated items like data items. Metrics: ``env/turns``,
+``env/commands``, ``env/timeouts``, ``env/bad_calls``, ``env/level``,
+``env/success``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import random
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
-from agentrl.environments._osdata import ItemError, OSItem, Script, load_items
+from agentrl.environments._graded import LevelPlan, check_levels, generate
+from agentrl.environments._os_agents import CHECK_AGENTS
+from agentrl.environments._os_levels import GENERATED_LEVELS, LEVEL_TURNS, make_level
+from agentrl.environments._os_shell import agent_script
+from agentrl.environments._os_tools import (
+    INVALID_FUNCTION,
+    NO_TOOL_CALL,
+    QUESTION,
+    SYSTEM_PROMPT,
+    TOOLS,
+    observation,
+    passable,
+)
+from agentrl.environments._osdata import FULL_LEVEL, ItemError, OSItem, content_key, load_items
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
 from agentrl.environments._sandbox import (
     BACKENDS,
@@ -73,88 +110,20 @@ from agentrl.environments._sandbox import (
     choose_backend,
     open_sandbox,
 )
-from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.environments._split import check_split, split_items
+from agentrl.environments._toolcalls import tool_reply
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["CHECK_AGENTS", "OSTask", "observation"]
 
 log = structlog.get_logger(__name__)
 
-TRUNCATED = "\n[truncated because the output is too long]"
-MAX_ARG = 100_000
-"""Longest script or answer, in UTF-8 bytes (it is passed as one argument)."""
 
-SYSTEM_PROMPT = (
-    "You act on a Linux (Debian) machine as root to do what the user asks or to answer "
-    "their question. Run bash commands with bash_action (no interactive input; long "
-    "outputs are truncated, so filter them). When you know the answer, call answer_action "
-    "with only the answer; when the task was to change the machine and it is done, call "
-    "finish_action."
-)
-
-
-def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-TOOLS: list[dict] = [
-    _tool(
-        "bash_action",
-        "Run a bash script on the machine and see its output.",
-        {
-            "script": {
-                "type": "string",
-                "description": "The bash code.",
-                "examples": ["ls -1 /etc | wc -l"],
-            }
-        },
-        ["script"],
-    ),
-    _tool(
-        "answer_action",
-        "Give the answer to the question. This ends the task.",
-        {"answer": {"type": "string", "description": "Only the answer.", "examples": ["220"]}},
-        ["answer"],
-    ),
-    _tool("finish_action", "Say the requested change is done. This ends the task.", {}, []),
-]
-
-# The working directory carries over between bash_action calls.
-_PROLOGUE = (
-    'cd "$(cat /run/agentrl/cwd 2>/dev/null || echo /root)" 2>/dev/null\n'
-    "trap 'pwd > /run/agentrl/cwd 2>/dev/null' EXIT\n"
-)
-
-
-def observation(output: str, limit: int, killed_after: float | None = None) -> str:
-    """The model's view of a command's output (AgentBench's wording and truncation)."""
-    if len(output) > limit:
-        output = output[: max(limit - 20, 0)] + TRUNCATED
-    text = f"The output of the OS:\n\n{output}" if output else "The output of the OS is empty."
-    if killed_after is not None:
-        text += f"\n[the command was killed: it ran over the {killed_after:g} s time limit]"
-    return text
-
-
-def _passable(text: object) -> bool:
-    """True when ``text`` can be a program argument in the sandbox.
-
-    Not a string, a NUL byte, a lone surrogate (not UTF-8) or more than `MAX_ARG`
-    bytes (the kernel's limit on one argument is 128 KiB) is the model's fault.
-    """
-    if not isinstance(text, str) or "\0" in text:
-        return False
-    try:
-        return len(text.encode("utf-8")) <= MAX_ARG
-    except UnicodeEncodeError:
-        return False
+AGENTBENCH_IMAGES = ("default", "packages", "ubuntu")
+"""AgentBench's image names (``create.local``; ``environment.py``); unmapped, they run
+in the ``image`` option's image."""
+_ARGUMENT = {"bash_action": "script", "answer_action": "answer", "finish_action": "thought"}
+"""Each tool's argument (a call without it gives its first one, as AgentBench reads calls)."""
 
 
 @dataclass(slots=True)
@@ -166,6 +135,8 @@ class _Session:
     turns: int = 0
     commands: int = 0
     timeouts: int = 0
+    bad_calls: int = 0
+    max_turns: int = 8
     done: bool = False
 
 
@@ -187,12 +158,25 @@ class OSTask:
         output_chars: int = 800,
         memory_mb: int = 512,
         pids: int = 256,
+        split: str = "train",
+        seed: int = 0,
+        levels: Sequence[int] = (FULL_LEVEL,),
+        generated: int = 1000,
     ) -> None:
-        if max_turns < 1 or timeout <= 0 or output_chars < 40:
-            raise ValueError("os: max_turns >= 1, timeout > 0 and output_chars >= 40 required")
+        if max_turns < 1 or timeout <= 0 or output_chars < 40 or generated < 1:
+            raise ValueError(
+                "os: max_turns >= 1, timeout > 0, output_chars >= 40 and generated >= 1 required"
+            )
         if sandbox is not None and sandbox not in BACKENDS:
             raise ValueError(f"os: sandbox must be one of {', '.join(BACKENDS)}, got {sandbox!r}")
-        self._items = load_items(data, scripts)
+        self._split = check_split(split, "os")
+        self._seed = seed
+        self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "os")
+        items = load_items(data, scripts) if FULL_LEVEL in self._levels else []
+        self._items = split_items(items, map(content_key, items), split, seed)
+        if FULL_LEVEL in self._levels and not self._items:
+            raise ValueError(f"os: the {split} split of the data holds no item")
+        self._plan = LevelPlan(self._levels, FULL_LEVEL, len(self._items), generated)
         self._backend = sandbox
         self._image = image
         self._images = dict(images or {})
@@ -210,8 +194,13 @@ class OSTask:
         return copy.deepcopy(TOOLS)
 
     @property
+    def levels(self) -> tuple[int, ...]:
+        """The ``levels`` option: instance ``index`` plays ``levels[index % len(levels)]``."""
+        return tuple(self._levels)
+
+    @property
     def num_instances(self) -> int:
-        return len(self._items)
+        return self._plan.num_instances
 
     @property
     def backend(self) -> str:
@@ -223,9 +212,14 @@ class OSTask:
             return self._backend
 
     def item(self, index: int) -> OSItem:
-        if not 0 <= index < len(self._items):
-            raise IndexError(f"os: index {index} not in [0, {len(self._items)})")
-        return self._items[index]
+        """The item instance ``index`` plays (a data-set item or a generated one)."""
+        try:
+            level, k = self._plan.locate(index)
+        except IndexError as exc:
+            raise IndexError(f"os: {exc}") from None
+        if level == FULL_LEVEL:
+            return self._items[k]
+        return generate("os", level, self._split, self._seed, k, lambda rng: make_level(level, rng))
 
     def describe(self, index: int) -> str:
         item = self.item(index)
@@ -238,7 +232,9 @@ class OSTask:
 
     def start(self, index: int) -> Start:
         item = self.item(index)
-        image = self._images.get(item.image, item.image) if item.image else self._image
+        image = self._images.get(item.image or "", item.image or self._image)
+        if image in AGENTBENCH_IMAGES:  # AgentBench's local-os/<name>, not mapped: ours
+            image = self._image
         label = f"os-{index}-{uuid.uuid4().hex[:8]}"
         sandbox = open_sandbox(self.backend, image=image, limits=self._limits, label=label)
         try:
@@ -248,18 +244,25 @@ class OSTask:
                     raise ItemError(
                         f"item {index}: init script {number} ran over {self._init_timeout:g} s"
                     )
-                if result.exit_code != 0:  # AgentBench goes on too; worth a line in the log
-                    log.info("os init script failed", item=index, code=result.exit_code)
-            if item.start is not None:
-                sandbox.start_background(item.start.code)
+                if result.exit_code != 0:  # AgentBench: sample status unknown, not scored
+                    raise ItemError(
+                        f"item {index}: init script {number} failed (exit {result.exit_code}): "
+                        f"{result.output[-300:]}"
+                    )
+            if item.start is not None:  # in the agent's shell, as AgentBench runs it
+                started = sandbox.run(agent_script(item.start.code), self._init_timeout)
+                if started.timed_out:  # AgentBench's shell would still be in it
+                    log.warning("os start script ran over its time limit", item=index)
         except BaseException:
             sandbox.close()
             raise
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=item.description),
+            ChatMessage(role="user", content=QUESTION.format(description=item.description)),
         ]
-        return Start(session=_Session(index, item, sandbox), messages=messages)
+        limit = min(self._max_turns, LEVEL_TURNS.get(item.level, self._max_turns))
+        session = _Session(index, item, sandbox, max_turns=limit)
+        return Start(session=session, messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         with session.lock:
@@ -273,39 +276,51 @@ class OSTask:
 
     def _interact(self, session: _Session, message: ChatMessage) -> Step:
         session.turns += 1
-        if not message.tool_calls:
-            return self._end(session, Status.AGENT_INVALID_ACTION, "no tool call")
         replies: list[ChatMessage] = []
-        for call in message.tool_calls:
-            args = call_arguments(call)
-            if args is None:
-                return self._end(session, Status.AGENT_INVALID_ACTION, "bad arguments", replies)
-            if call.name == "bash_action":
-                script = args.get("script")
-                if not _passable(script) or not script.strip():
-                    return self._end(session, Status.AGENT_INVALID_ACTION, "bad bash args", replies)
-                replies.append(tool_reply(call, self._bash(session, script)))
-            elif call.name == "answer_action":
-                answer = args.get("answer")
-                if isinstance(answer, int | float) and not isinstance(answer, bool):
-                    answer = str(answer)
-                if not _passable(answer):
-                    why = "bad answer args"
-                    return self._end(session, Status.AGENT_INVALID_ACTION, why, replies)
-                success = self._judge(session, answer)
-                return self._end(session, Status.COMPLETED, "answered", replies, success=success)
-            elif call.name == "finish_action":
-                success = self._judge(session, None)
-                return self._end(session, Status.COMPLETED, "finished", replies, success=success)
-            else:
-                return self._end(session, Status.AGENT_INVALID_ACTION, "unknown tool", replies)
-        if session.turns >= self._max_turns:
+        if not message.tool_calls:
+            session.bad_calls += 1
+            replies.append(ChatMessage(role="user", content=NO_TOOL_CALL))
+        else:  # AgentBench runs only the first call of a message
+            call = message.tool_calls[0]
+            reply = self._call(session, call)
+            if isinstance(reply, Step):
+                return reply
+            replies.append(tool_reply(call, reply))
+        if session.turns >= session.max_turns:
             return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", replies)
         return Step(messages=replies, status=Status.RUNNING, reward=0.0, finish=False, metrics={})
 
+    def _call(self, session: _Session, call: ToolCall) -> Step | str:
+        """One call: its observation, AgentBench's reply to a bad one, or the last step."""
+        try:
+            args = json.loads(call.arguments)
+        except ValueError as exc:
+            session.bad_calls += 1
+            return str(exc)
+        if not isinstance(args, dict):
+            session.bad_calls += 1
+            return "the arguments are not a JSON object"
+        if call.name not in _ARGUMENT:
+            session.bad_calls += 1
+            return INVALID_FUNCTION
+        key = _ARGUMENT[call.name]
+        value = args[key] if key in args else next(iter(args.values()), None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        if call.name == "finish_action" and not args:  # AgentBench: no thought, answer None
+            return self._end(session, Status.COMPLETED, "finished", success=self._judge(session))
+        if not passable(value) or (call.name == "bash_action" and not value.strip()):
+            session.bad_calls += 1
+            return f"{call.name} needs its {key} as one text argument"
+        if call.name == "bash_action":
+            return self._bash(session, value)
+        success = self._judge(session, value)
+        why = "answered" if call.name == "answer_action" else "finished"
+        return self._end(session, Status.COMPLETED, why, success=success)
+
     def _bash(self, session: _Session, script: str) -> str:
         session.commands += 1
-        result = session.sandbox.run(_PROLOGUE + script, self._timeout)
+        result = session.sandbox.run(agent_script(script), self._timeout)
         with self._lock:
             self._last_output[session.index] = result.output
         if result.timed_out:
@@ -313,7 +328,7 @@ class OSTask:
         killed = self._timeout if result.timed_out else None
         return observation(result.output, self._output_chars, killed)
 
-    def _judge(self, session: _Session, answer: str | None) -> bool:
+    def _judge(self, session: _Session, answer: str | None = None) -> bool:
         item = session.item
         if item.match is not None:
             if answer is None:
@@ -325,7 +340,7 @@ class OSTask:
             return re.search(item.match.regex or "", answer) is not None
         params = [str(answer)]
         for number, script in enumerate(item.check):
-            if not all(_passable(p) for p in params):  # e.g. an output with a NUL byte
+            if not all(passable(p) for p in params):  # e.g. an output with a NUL byte
                 return False
             script = script if script is not None else item.example
             assert script is not None  # load_items refuses a null check without an example
@@ -360,42 +375,9 @@ class OSTask:
             "env/turns": float(session.turns),
             "env/commands": float(session.commands),
             "env/timeouts": float(session.timeouts),
+            "env/bad_calls": float(session.bad_calls),
+            "env/level": float(session.item.level),
             "env/success": float(success),
         }
         log.debug("os episode ended", status=status.value, why=why, **metrics)
         return Step.end(status, 1.0 if success else 0.0, metrics, replies)
-
-
-# --- scripted agents for `agentrl-env check` -------------------------------------------
-
-
-def _call(name: str, **arguments) -> ToolCall:
-    return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
-
-
-def _oracle(env: OSTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
-    """Run the example, then answer with its output (stripped) or finish.
-
-    A match item without an example is answered with its expected string.
-    """
-    item = env.item(index)
-    example: Script | None = item.example
-    if example is not None:
-        yield _call("bash_action", script=example.as_bash())
-    if not item.wants_answer:
-        yield _call("finish_action")
-    elif example is not None:
-        yield _call("answer_action", answer=env.last_output(index).strip())
-    else:
-        yield _call("answer_action", answer=item.match.answer if item.match else "")
-
-
-def _random(env: OSTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
-    yield _call("bash_action", script="ls")
-    if env.item(index).wants_answer:
-        yield _call("answer_action", answer="0")
-    else:
-        yield _call("finish_action")
-
-
-CHECK_AGENTS = {"oracle": _oracle, "random": _random}

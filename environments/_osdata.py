@@ -18,17 +18,32 @@ from typing import Any
 
 import structlog
 
-from agentrl.environments._protocol import EnvError
+from agentrl.environments._protocol import SampleError
 
-__all__ = ["ItemError", "Match", "OSItem", "Script", "load_items", "parse_item"]
+__all__ = [
+    "FULL_LEVEL",
+    "ItemError",
+    "Match",
+    "OSItem",
+    "Script",
+    "content_key",
+    "load_items",
+    "parse_item",
+    "scripts_root",
+]
 
 log = structlog.get_logger(__name__)
+
+FULL_LEVEL = 2
+"""The level number of the data set's items (AgentBench's task); 0 and 1 are generated."""
 
 LANGUAGES = {"bash": "bash", "sh": "bash", "python": "python", "python3": "python"}
 
 
-class ItemError(EnvError):
-    """A data item that cannot be run: malformed, a script missing, its setup fails."""
+class ItemError(SampleError):
+    """A data item that cannot be run: malformed, a script missing (at load time), or its
+    init script fails or runs over its time limit (at ``start``: the episode ends
+    ``task_error``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +82,8 @@ class OSItem:
 
     description: str
     image: str | None
-    """``create.image``: the container image (mapped through the ``images`` option)."""
+    """``create.local`` (AgentBench's name; ``create.image`` too): the container image
+    (mapped through the ``images`` option)."""
     init: tuple[Script, ...]
     """``create.init``: run one after another before the first message."""
     start: Script | None
@@ -78,11 +94,18 @@ class OSItem:
     example: Script | None
     """``evaluation.example``: a reference solution."""
     labels: tuple[str, ...] = ()
+    level: int = FULL_LEVEL
+    """The graded level this item plays (`_os_levels`; the data set's items are the full one)."""
 
     @property
     def wants_answer(self) -> bool:
         """True when the judge compares an answer (match, or check running the example)."""
         return self.match is not None or any(s is None for s in self.check)
+
+
+def content_key(item: OSItem) -> str:
+    """What makes an item itself, for the train/test split: its description and judge."""
+    return repr((item.description, item.match, item.check, item.init))
 
 
 def _script(raw: Any, where: str, root: Traversable) -> Script:
@@ -142,7 +165,7 @@ def parse_item(raw: Any, where: str, root: Traversable) -> OSItem:
     if any(s is None for s in check) and example is None:
         raise ItemError(f"{where}: evaluation.check has a null entry but there is no example")
     start = raw.get("start")
-    image = create.get("image")
+    image = create.get("local", create.get("image"))  # AgentBench names it ``local``
     return OSItem(
         description=raw["description"],
         image=str(image) if image else None,
@@ -176,8 +199,7 @@ def load_items(path: str | Path | None = None, scripts: str | Path | None = None
     """Items of a data file (the built-in set when ``path`` is None).
 
     ``scripts`` is the folder ``{"file": ...}`` paths are relative to; by default
-    AgentBench's layout (``data/<name>.json`` beside ``scripts/<name>/``) when that
-    folder exists, else the data file's own folder.
+    `scripts_root` of the data file.
     """
     if path is None:
         root: Traversable = builtin_root()
@@ -189,13 +211,28 @@ def load_items(path: str | Path | None = None, scripts: str | Path | None = None
         except OSError as exc:
             raise ItemError(f"{path}: cannot read: {exc}") from exc
         where = str(path)
-        guess = path.parent.parent / "scripts" / path.stem
-        root = Path(scripts) if scripts is not None else guess if guess.is_dir() else path.parent
+        root = Path(scripts) if scripts is not None else scripts_root(path)
     raws = _records(text, where)
     items = [parse_item(raw, f"{where} item {i}", root) for i, raw in enumerate(raws)]
     if not items:
         raise ItemError(f"{where}: no items")
     return items
+
+
+def scripts_root(path: Path) -> Path:
+    """The folder a data file's scripts are under, in AgentBench's layout when it is there.
+
+    ``<base>/data/<N>/<file>.json`` -> ``<base>/scripts/<N>/`` (AgentBench's
+    ``configs/tasks/os.yaml`` pairs ``data/os_interaction/data/<N>/*.json`` with
+    ``scripts/<N>/``); ``<base>/data/<name>.json`` -> ``<base>/scripts/<name>/``
+    (``dev.json``: ``scripts/dev/``), the first that exists; else the data file's
+    own folder.
+    """
+    path = path.resolve()
+    for data_dir, name in ((path.parent.parent, path.parent.name), (path.parent, path.stem)):
+        if (data_dir.parent / "scripts" / name).is_dir():
+            return data_dir.parent / "scripts" / name
+    return path.parent
 
 
 def _records(text: str, where: str) -> list[Any]:

@@ -20,6 +20,7 @@ __all__ = [
     "Environment",
     "InfraError",
     "MalformedToolCall",
+    "SampleError",
     "SessionClosed",
     "Start",
     "Status",
@@ -39,7 +40,9 @@ class Status(enum.StrEnum):
     AGENT_CONTEXT_LIMIT = "agent_context_limit"
     """The conversation outgrew the token budget (set by the rollout, not by envs)."""
     AGENT_VALIDATION_FAILED = "agent_validation_failed"
-    """The assistant text held a malformed tool call (set by the rollout on MalformedToolCall)."""
+    """The assistant text held a malformed tool call and the task ends episodes on that (the
+    rollout passes such text to the task as a message without calls; AgentBench tasks reply
+    and go on, a task may end the episode with this status instead)."""
     AGENT_INVALID_ACTION = "agent_invalid_action"
     """Well-formed but unusable action: no tool call, unknown tool, wrong arguments."""
     TASK_LIMIT_REACHED = "task_limit_reached"
@@ -133,6 +136,16 @@ class InfraError(EnvError):
     """
 
 
+class SampleError(EnvError):
+    """Raised by ``start`` when the task cannot set this instance up (e.g. its init script fails).
+
+    Not the model's fault and not transient: the rollout does not retry it; the
+    episode is published with status ``task_error``, no tokens and metric
+    ``sample_error = 1``, and the learner leaves it out of its group (AgentBench
+    ends such a sample with status ``unknown``, unscored).
+    """
+
+
 class SessionClosed(EnvError):
     """Raised when ``interact`` is called on a session that already ended or was cancelled."""
 
@@ -148,8 +161,9 @@ class TaskOptionsError(EnvError, TypeError):
 class MalformedToolCall(EnvError, ValueError):
     """Raised by ``parse_assistant`` when the text holds a tool call that cannot be read.
 
-    A model failure, not an infra one: the rollout ends the episode with
-    ``agent_validation_failed`` (and the penalty) instead of crashing.
+    A model failure, not an infra one: the rollout passes the raw text on to the
+    task as a message without tool calls, and the task answers it (AgentBench's
+    "no executable tool call" reply) or ends the episode; never a crash.
     """
 
     def __init__(self, reason: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from agentrl.environments._protocol import MalformedToolCall
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["call_arguments", "call_text", "parse_assistant", "tool_reply"]
+__all__ = ["call_arguments", "call_text", "function_tool", "parse_assistant", "tool_reply"]
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
@@ -224,3 +224,21 @@ def call_text(name: str, arguments: Any) -> str:
     ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (prompts' examples, demos)."""
     body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"{_OPEN}{body}{_CLOSE}"
+
+
+def function_tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    """An OpenAI function-tool schema: ``{"type": "function", "function": {...}}`` whose
+    parameters are an object of ``properties`` (JSON Schema), ``required`` ones, no others."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }

@@ -14,11 +14,19 @@ Pages and observations: see `agentrl.environments._webshop_site`. An action the
 page does not offer is answered with an ``Invalid action!`` observation and
 counted (``env/invalid_actions``); the episode goes on.
 
+Bad calls follow AgentBench's ``src/server/tasks/webshop/task.py`` (the constants
+cite its lines), as user messages, and the episode goes on: no tool call ->
+``Observation:`` `NO_TOOL_CALL` with the available actions; arguments that are not
+a non-empty JSON object -> `NO_VALID_CALL`, then the last observation again; an
+unknown function -> the last observation again. Only the first call of a message
+is played, with its first argument's value (any key; a non-string is written out
+with ``str``). Counted: ``env/bad_calls``.
+
 Ending: ``Buy Now`` ends the episode ``completed`` with WebShop's reward
-(`agentrl.environments._webshop_reward`, in [0, 1]); success means reward 1.0.
-No tool call, an unknown tool or bad arguments -> ``agent_invalid_action``;
-``max_turns`` assistant messages without buying -> ``task_limit_reached``
-(reward 0).
+(`agentrl.environments._webshop_reward`, in [0, 1]) or, at levels 0 and 1, the
+exact one (`agentrl.environments._webshop_levels`); success means reward 1.0.
+The turn limit (every assistant message counts) without buying ->
+``task_limit_reached``, reward 0, with AgentBench's tool message `LIMIT_REACHED`.
 
 Options:
 
@@ -30,7 +38,11 @@ Options:
   ``i`` is the server's goal ``i`` (session id ``..._fixed_i``); ``num_instances``
   says how many there are (default: the number of local instructions, which
   should then be the server's goals for ``describe`` and the oracle to hold).
-- ``max_turns`` (default 15), ``timeout`` (seconds per HTTP request, default 30).
+- ``levels`` (default ``[2]``, the full task), ``split`` (``train``, ``test`` or
+  ``all``; by product, see `agentrl.environments._webshop_levels`), ``seed``.
+  With a server, level 2 only, and the split is a seeded hash of the goal number.
+- ``max_turns`` (default: the level's, 20 for the full task as AgentBench),
+  ``timeout`` (seconds per HTTP request, default 30).
 
 Sessions share only read-only data (products, goals, the search index); each
 holds its own site, so sessions in different threads need no lock.
@@ -39,16 +51,14 @@ holds its own site, so sessions in different threads need no lock.
 from __future__ import annotations
 
 import copy
-import json
-import random
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
+from agentrl.environments._split import check_split, split_items
 from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.environments._webshop_agents import SCRIPTS
 from agentrl.environments._webshop_catalogue import (
     Goal,
     Product,
@@ -57,18 +67,19 @@ from agentrl.environments._webshop_catalogue import (
     load_goals,
 )
 from agentrl.environments._webshop_http import HttpSite
-from agentrl.environments._webshop_reward import token_set_ratio
-from agentrl.environments._webshop_site import (
-    BUY,
-    NEXT,
-    PRODUCT_WINDOW,
-    InvalidAction,
-    LocalSite,
-    Page,
+from agentrl.environments._webshop_levels import (
+    FULL,
+    LEVEL_TURNS,
+    LEVELS,
+    exact_reward,
+    level_goals,
+    split_asins,
 )
-from agentrl.messages import ChatMessage, ToolCall
+from agentrl.environments._webshop_reward import purchase_reward
+from agentrl.environments._webshop_site import InvalidAction, LocalSite, Page
+from agentrl.messages import ChatMessage
 
-__all__ = ["CHECK_AGENTS", "WebShopTask"]
+__all__ = ["CHECK_AGENTS", "LIMIT_REACHED", "NO_TOOL_CALL", "NO_VALID_CALL", "WebShopTask"]
 
 log = structlog.get_logger(__name__)
 
@@ -122,17 +133,33 @@ TOOLS: list[dict] = [
     },
 ]
 
-_ARGUMENT = {"search_action": "keywords", "click_action": "button"}
+NO_TOOL_CALL = "No executable tool calls found! You should call a tool instead."
+"""The observation after a message without a tool call (AgentBench webshop/task.py:95)."""
+
+NO_VALID_CALL = "No valid tool call found from agent."
+"""The user reply to a call whose arguments cannot be read (AgentBench webshop/task.py:113)."""
+
+_TOOL_NAMES = ("search_action", "click_action")
+
+LIMIT_REACHED = "Task limit reached."
+"""The tool message that ends an episode at the turn limit (AgentBench webshop/task.py:144)."""
 
 
 @dataclass(slots=True)
 class _Session:
     site: LocalSite | HttpSite
     index: int
+    level: int
+    max_turns: int
+    observation: str
+    """The last observation shown (AgentBench repeats it after an unusable call)."""
     turns: int = 0
     searches: int = 0
     clicks: int = 0
     invalid: int = 0
+    bad_calls: int = 0
+    last_call: str | None = None
+    """The id of the last call played (AgentBench's ``call_id``)."""
     done: bool = False
 
 
@@ -147,40 +174,93 @@ class WebShopTask:
         attributes: str | None = None,
         server: str | None = None,
         num_instances: int | None = None,
-        max_turns: int = 15,
+        max_turns: int | None = None,
         timeout: float = 30.0,
+        split: str = "train",
+        seed: int = 0,
+        levels: list[int] | tuple[int, ...] | None = None,
     ) -> None:
-        if max_turns < 1:
+        if max_turns is not None and max_turns < 1:
             raise ValueError("webshop: max_turns must be >= 1")
         if num_instances is not None and server is None:
             raise ValueError("webshop: num_instances is for server=URL only")
+        self._levels = tuple(levels) if levels is not None else (FULL,)
+        if not self._levels or any(lv not in LEVELS for lv in self._levels):
+            raise ValueError(f"webshop: levels must be a non-empty list of {LEVELS}")
+        if server is not None and self._levels != (FULL,):
+            raise ValueError(f"webshop: a server plays level {FULL} only")
+        self._split = check_split(split, "webshop")
         self._products = load_catalogue(catalogue, attributes)
         self._goals = load_goals(instructions, self._products)
         self._index = SearchIndex(self._products)
         self._server = server.rstrip("/") if server else None
-        self._count = num_instances if num_instances is not None else len(self._goals)
         self._max_turns = max_turns
         self._timeout = timeout
+        self._numbers: list[int] = []
+        """Server goal numbers in the split (server only)."""
+        self._by_level: dict[int, list[Goal]] = {}
+        if self._server is not None:
+            total = num_instances if num_instances is not None else len(self._goals)
+            numbers = list(range(total))
+            keys = [f"goal:{n}" for n in numbers]
+            self._numbers = split_items(numbers, keys, self._split, seed)
+            self._count = len(self._numbers)
+            return
+        asins = split_asins(self._products, self._split, seed)
+        for level in self._levels:
+            found = level_goals(level, self._products, self._goals, asins, self._split, seed)
+            if not found:
+                raise ValueError(f"webshop: level {level} has no instance in split {split!r}")
+            self._by_level[level] = found
+        self._count = len(self._levels) * max(len(g) for g in self._by_level.values())
 
     @property
     def tools(self) -> list[dict]:
         return copy.deepcopy(TOOLS)
 
     @property
+    def levels(self) -> tuple[int, ...]:
+        """The ``levels`` option: instance ``index`` plays ``levels[index % len(levels)]``."""
+        return tuple(self._levels)
+
+    @property
     def num_instances(self) -> int:
         return self._count
 
+    @property
+    def max_turns(self) -> int:
+        """The longest turn limit of the chosen levels."""
+        return max(self.turn_limit(level) for level in self._levels)
+
+    def turn_limit(self, level: int) -> int:
+        """Assistant messages an episode of ``level`` may take (``max_turns`` or the level's)."""
+        return self._max_turns if self._max_turns is not None else LEVEL_TURNS[level]
+
+    def level(self, index: int) -> int:
+        """The level instance ``index`` plays (``levels[index % len(levels)]``)."""
+        self._check(index)
+        return self._levels[index % len(self._levels)]
+
+    def _check(self, index: int) -> None:
+        if not 0 <= index < self._count:
+            raise IndexError(f"webshop: index {index} not in [0, {self._count})")
+
     def goal(self, index: int) -> Goal:
-        """The local goal of instance ``index``."""
-        if not 0 <= index < len(self._goals):
-            raise IndexError(f"webshop: no local goal {index} (there are {len(self._goals)})")
-        return self._goals[index]
+        """The local goal of instance ``index`` (with a server: the local goal of its number)."""
+        level = self.level(index)
+        if self._server is not None:
+            number = self._numbers[index]
+            if number >= len(self._goals):
+                raise IndexError(f"webshop: no local goal {number} ({len(self._goals)} known)")
+            return self._goals[number]
+        goals = self._by_level[level]
+        return goals[(index // len(self._levels)) % len(goals)]
 
     def describe(self, index: int) -> str:
-        if index >= len(self._goals):
-            return f"[server goal {index}]"
-        goal = self._goals[index]
-        return f"[{goal.asin}] {goal.instruction[:80]!r}"
+        if self._server is not None and self._numbers[index] >= len(self._goals):
+            return f"[server goal {self._numbers[index]}]"
+        goal = self.goal(index)
+        return f"[level {self.level(index)}, {goal.asin}] {goal.instruction[:80]!r}"
 
     def search(self, keywords: str) -> list[str]:
         """The product ids the in-process shop lists for ``keywords``, best first."""
@@ -191,45 +271,72 @@ class WebShopTask:
         return self._products[asin]
 
     def start(self, index: int) -> Start:
-        if not 0 <= index < self._count:
-            raise IndexError(f"webshop: index {index} not in [0, {self._count})")
+        level = self.level(index)
         if self._server is None:
-            site: LocalSite | HttpSite = LocalSite(self._products, self._index, self._goals[index])
+            judge = purchase_reward if level == FULL else exact_reward
+            site: LocalSite | HttpSite = LocalSite(
+                self._products, self._index, self.goal(index), judge
+            )
         else:
-            site = HttpSite(self._server, index, timeout=self._timeout)
+            site = HttpSite(self._server, self._numbers[index], timeout=self._timeout)
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
             ChatMessage(role="user", content=site.page.text),
         ]
-        return Start(session=_Session(site, index), messages=messages)
+        session = _Session(site, index, level, self.turn_limit(level), site.page.text)
+        return Start(session=session, messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         if session.done:
             raise SessionClosed("webshop: interact on a session that has ended")
         session.turns += 1
+        # AgentBench injects `now` in this round and `later` at the start of the next one,
+        # so at the turn limit only `now` is sent.
+        now: list[ChatMessage] = []
+        later: list[ChatMessage] = []
+        args = call_arguments(message.tool_calls[0]) if message.tool_calls else None
+        known = bool(message.tool_calls) and message.tool_calls[0].name in _TOOL_NAMES
         if not message.tool_calls:
-            return self._end(session, Status.AGENT_INVALID_ACTION, "no tool call")
-        replies: list[ChatMessage] = []
-        for call in message.tool_calls:
-            key = _ARGUMENT.get(call.name)
-            if key is None:
-                return self._end(session, Status.AGENT_INVALID_ACTION, "unknown tool", replies)
-            args = call_arguments(call)
-            value = args.get(key) if args is not None else None
-            if not isinstance(value, str) or not value.strip():
-                return self._end(session, Status.AGENT_INVALID_ACTION, "bad arguments", replies)
+            session.bad_calls += 1
+            session.observation = NO_TOOL_CALL
+            later.append(self._observation(session))
+        elif args is None or (known and not args):  # json.loads/.values() or [0] fails
+            session.bad_calls += 1
+            now.append(ChatMessage(role="user", content=NO_VALID_CALL))
+            later.append(self._observation(session))
+        elif not known:
+            session.bad_calls += 1
+            later.append(self._observation(session))
+        else:
+            call = message.tool_calls[0]
+            value = next(iter(args.values()))
+            session.last_call = call.id
             try:
-                page = self._act(session, call.name, value)
+                page = self._act(
+                    session, call.name, value if isinstance(value, str) else str(value)
+                )
             except InvalidAction as exc:
                 session.invalid += 1
-                replies.append(tool_reply(call, f"Invalid action! {exc}. {_hint(session)}"))
-                continue
-            replies.append(tool_reply(call, page.text))
-            if page.kind == "done":
-                return self._end(session, Status.COMPLETED, "bought", replies, page=page)
-        if session.turns >= self._max_turns:
-            return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", replies)
-        return Step(messages=replies, status=Status.RUNNING, reward=0.0, finish=False, metrics={})
+                session.observation = f"Invalid action! {exc}. {_hint(session)}"
+            else:
+                session.observation = page.text
+                if page.kind == "done":
+                    reply = [tool_reply(call, page.text)]
+                    return self._end(session, Status.COMPLETED, "bought", reply, page=page)
+            later.append(tool_reply(call, session.observation))
+        if session.turns >= session.max_turns:
+            limit = ChatMessage(role="tool", content=LIMIT_REACHED, tool_call_id=session.last_call)
+            return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", [*now, limit])
+        return Step(messages=now + later, status=Status.RUNNING, reward=0.0, finish=False)
+
+    @staticmethod
+    def _observation(session: _Session) -> ChatMessage:
+        """AgentBench's user message after a round without an action (webshop/task.py:75-78)."""
+        page = session.site.page
+        clickables = ["search"] if page.has_search_bar else list(page.clickables)
+        available = {"has_search_bar": page.has_search_bar, "clickables": clickables}
+        text = f"Observation:\n{session.observation}\n\nAvailable Actions:\n{available}"
+        return ChatMessage(role="user", content=text)
 
     def cancel(self, session: _Session) -> None:
         if not session.done:
@@ -262,6 +369,8 @@ class WebShopTask:
             "env/searches": float(session.searches),
             "env/clicks": float(session.clicks),
             "env/invalid_actions": float(session.invalid),
+            "env/bad_calls": float(session.bad_calls),
+            "env/level": float(session.level),
             "env/purchased": float(page is not None),
             "env/success": float(reward >= 1.0),
         }
@@ -284,42 +393,5 @@ def _hint(session: _Session) -> str:
     return f"Clickables here: {shown}."
 
 
-# --- scripted agents for `agentrl-env check` ------------------------------------------
-
-
-def _call(name: str, **arguments: Any) -> ToolCall:
-    return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
-
-
-def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
-    """Search with the instruction, page to the target, pick the goal's options, buy."""
-    goal = env.goal(index)
-    yield _call("search_action", keywords=goal.instruction)
-    results = env.search(goal.instruction)
-    position = results.index(goal.asin) if goal.asin in results else 0
-    for _ in range(position // PRODUCT_WINDOW):
-        yield _call("click_action", button=NEXT)
-    yield _call("click_action", button=goal.asin)
-    values = [v for group in env.product(goal.asin).options.values() for v in group]
-    for wanted in goal.options:
-        best = max(
-            values,
-            key=lambda v: (v.lower() == wanted.lower(), token_set_ratio(v, wanted)),
-            default=None,
-        )
-        if best is not None:
-            yield _call("click_action", button=best)
-    yield _call("click_action", button=BUY)
-
-
-def _random(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
-    """Search with the instruction, buy a random first-page result as it comes."""
-    goal = env.goal(index)
-    yield _call("search_action", keywords=goal.instruction)
-    results = env.search(goal.instruction)[:PRODUCT_WINDOW]
-    if results:
-        yield _call("click_action", button=rng.choice(results))
-    yield _call("click_action", button=BUY)
-
-
-CHECK_AGENTS = {"oracle": _oracle, "random": _random}
+CHECK_AGENTS = SCRIPTS
+"""Scripted agents for `agentrl-env check` (see agentrl.environments._check)."""

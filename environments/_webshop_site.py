@@ -21,13 +21,23 @@ Anything not on the current page raises `InvalidAction`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentrl.environments._protocol import EnvError
 from agentrl.environments._webshop_catalogue import Goal, Product, SearchIndex
 from agentrl.environments._webshop_reward import RewardParts, purchase_reward
 
-__all__ = ["BUY", "NEXT", "PRODUCT_WINDOW", "SUB_PAGES", "InvalidAction", "LocalSite", "Page"]
+__all__ = [
+    "BUY",
+    "NEXT",
+    "PRODUCT_WINDOW",
+    "SUB_PAGES",
+    "InvalidAction",
+    "Judge",
+    "LocalSite",
+    "Page",
+]
 
 PRODUCT_WINDOW = 10
 BUY = "Buy Now"
@@ -66,10 +76,21 @@ def _join(*parts: str) -> str:
     return " [SEP] ".join(p for p in parts if p)
 
 
+Judge = Callable[[Product, Goal, float, dict[str, str]], RewardParts]
+"""How a purchase is scored: (product, goal, price, chosen options) -> the reward's parts."""
+
+
 class LocalSite:
     """One browsing session on the in-process shop (not shared between sessions)."""
 
-    def __init__(self, products: dict[str, Product], index: SearchIndex, goal: Goal) -> None:
+    def __init__(
+        self,
+        products: dict[str, Product],
+        index: SearchIndex,
+        goal: Goal,
+        judge: Judge = purchase_reward,
+    ) -> None:
+        self._judge = judge
         self._products = products
         self._index = index
         self._goal = goal
@@ -194,7 +215,7 @@ class LocalSite:
 
     def _done_page(self) -> Page:
         product = self._product()
-        parts = purchase_reward(product, self._goal, product.price, self._options)
+        parts = self._judge(product, self._goal, product.price, self._options)
         text = _join(
             "Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", f"{parts.total}"
         )

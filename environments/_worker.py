@@ -42,7 +42,7 @@ from typing import Any
 
 import structlog
 
-from agentrl.environments._protocol import Environment, InfraError, Status, Step
+from agentrl.environments._protocol import Environment, InfraError, SampleError, Status, Step
 from agentrl.messages import (
     Delivery,
     EnvCancel,
@@ -147,7 +147,7 @@ class EnvWorker:
         req = msg.payload
         try:
             start = self.env.start(req.index)
-        except (IndexError, InfraError, ValueError) as exc:
+        except (IndexError, InfraError, SampleError, ValueError) as exc:
             self._reply(delivery, req.session_id, [], Status.TASK_ERROR, finish=True)
             self._log.warning("session not started", index=req.index, error=str(exc))
             delivery.ack()

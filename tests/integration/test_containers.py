@@ -53,7 +53,7 @@ def _say(name: str, **args) -> ChatMessage:
     return ChatMessage("assistant", "", [ToolCall("c1", name, json.dumps(args))])
 
 
-COUNT = _say("execute_sql", sql="SELECT COUNT(*) FROM planets")
+COUNT = _say("execute_sql", query="SELECT COUNT(*) FROM planets")
 ANSWER = _say("commit_final_answer", answers=["3"])  # the built-in db instance 0's answer
 
 
@@ -89,7 +89,7 @@ def db_workers(engine, amqp_url):
 
 def _episode(env: RemoteEnvironment) -> tuple[str, float]:
     start = env.start(0)
-    assert env.interact(start.session, COUNT).messages[0].content == "[[8]]"
+    assert env.interact(start.session, COUNT).messages[0].content == "[(8,)]"
     step = env.interact(start.session, ANSWER)
     assert step.finish
     return start.session[1], step.reward
@@ -112,7 +112,7 @@ def test_a_killed_container_is_an_infra_error_and_the_other_worker_takes_over(db
     if other.session[1] == doomed.session[1]:  # both on one worker: open one more
         other = env.start(0)
     assert other.session[1] != doomed.session[1]
-    assert env.interact(doomed.session, COUNT).messages[0].content == "[[8]]"
+    assert env.interact(doomed.session, COUNT).messages[0].content == "[(8,)]"
     containers[doomed.session[1]].kill()  # mid-episode
     env_fast = RemoteEnvironment(client, run, "db", timeout=10)
     began = time.monotonic()

@@ -6,6 +6,7 @@ which case it fails.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import pytest
 from agentrl.environments import InfraError, Status, make_task
 from agentrl.environments._check import check
 from agentrl.environments._dbbackend import DATABASE_PREFIX
+from agentrl.environments._dbjudge import table_hash
 from agentrl.messages import ChatMessage, ToolCall
 
 from .conftest import broker_answers
@@ -56,7 +58,7 @@ def test_the_agentbench_sample_runs_on_the_server(server):
     if not SAMPLE.exists():
         pytest.skip(f"{SAMPLE} is absent")
     before = session_databases(server)
-    env = make_task("db", data=str(SAMPLE), database=MYSQL)
+    env = make_task("db", data=str(SAMPLE), database=MYSQL, split="all")
     oracle = check("db", env, "oracle")
     assert oracle.instances == 60
     assert oracle.success_rate == 1.0, oracle.format()
@@ -77,12 +79,14 @@ def test_sessions_are_private_and_dropped_at_the_end(server):
     item = env.item(index)
     a, b = env.start(index), env.start(index)
     assert len(session_databases(server)) >= 2
-    step = env.interact(a.session, call("execute_sql", sql=f"DELETE FROM `{item.table_name}`"))
+    step = env.interact(a.session, call("execute_sql", query=f"DELETE FROM `{item.table_name}`"))
     assert step.status == Status.RUNNING
     step = env.interact(
-        b.session, call("execute_sql", sql=f"SELECT COUNT(*) FROM `{item.table_name}`")
+        b.session, call("execute_sql", query=f"SELECT COUNT(*) FROM `{item.table_name}`")
     )
-    assert json.loads(step.messages[0].content) == [[len(item.rows)]]  # b does not see a's change
+    assert ast.literal_eval(step.messages[0].content) == [
+        (len(item.rows),)
+    ]  # b does not see a's change
     env.cancel(a.session)
     env.cancel(a.session)  # idempotent
     end = env.interact(b.session, call("commit_final_answer", answers=[]))
@@ -98,13 +102,13 @@ def test_sessions_are_private_and_dropped_at_the_end(server):
 def test_sql_errors_and_slow_statements_are_observations(server):
     env = make_task("db", database=MYSQL, statement_timeout=1.0)
     start = env.start(0)
-    step = env.interact(start.session, call("execute_sql", sql="SELEC nonsense"))
+    step = env.interact(start.session, call("execute_sql", query="SELEC nonsense"))
     assert step.status == Status.RUNNING and "error" in step.messages[0].content
-    step = env.interact(start.session, call("execute_sql", sql="SELECT SLEEP(5)"))
+    step = env.interact(start.session, call("execute_sql", query="SELECT SLEEP(5)"))
     # MariaDB stops the statement at max_statement_time: an error the model sees (or the
     # interrupted SLEEP's 1), never a wait of 5 s
     content = step.messages[0].content
-    assert step.status == Status.RUNNING and ("error" in content or content == "[[1]]"), content
+    assert step.status == Status.RUNNING and ("error" in content or content == "[(1,)]"), content
     env.cancel(start.session)
 
 
@@ -137,10 +141,10 @@ def test_a_session_cannot_see_or_drop_another_sessions_database(server):
     env = make_task("db", database=MYSQL)
     a, b = env.start(0), env.start(0)
     other = b.session.db._name
-    step = env.interact(a.session, call("execute_sql", sql="SHOW DATABASES"))
-    shown = {row[0] for row in json.loads(step.messages[0].content)}
+    step = env.interact(a.session, call("execute_sql", query="SHOW DATABASES"))
+    shown = {row[0] for row in ast.literal_eval(step.messages[0].content)}
     assert a.session.db._name in shown and other not in shown
-    step = env.interact(a.session, call("execute_sql", sql=f"DROP DATABASE `{other}`"))
+    step = env.interact(a.session, call("execute_sql", query=f"DROP DATABASE `{other}`"))
     assert step.status == Status.RUNNING and "denied" in step.messages[0].content
     assert other in session_databases(server)
     env.cancel(a.session)
@@ -148,3 +152,30 @@ def test_a_session_cannot_see_or_drop_another_sessions_database(server):
     with server.cursor() as cursor:
         cursor.execute("SELECT User FROM mysql.user WHERE User LIKE 'agentrl\\_%'")
         assert cursor.fetchall() == ()  # the session accounts are dropped with their databases
+
+
+def test_the_judges_table_hash_is_agentbenchs_sql_on_the_server(server):
+    """AgentBench computes the hash in SQL (result_processor.py lines 101-112) on MySQL 8,
+    whose group_concat_max_len is 1024; `table_hash` over the rows read as text gives the
+    same value, NULLs and a table past 1024 joined characters included."""
+    env = make_task("db", database=MYSQL, split="all")
+    index = next(i for i in range(env.num_instances) if env.item(i).mutation)
+    item, session = env.item(index), env.start(index).session
+    table = item.table_name
+    for sql in (
+        f"INSERT INTO `{table}` SELECT * FROM `{table}`",
+        f"UPDATE `{table}` SET `{item.columns[0][0]}` = NULL LIMIT 1",
+    ) + (f"INSERT INTO `{table}` SELECT * FROM `{table}`",) * 5:
+        step = env.interact(session, call("execute_sql", query=sql))
+        assert step.messages[0].content == "No response from database.", step.messages[0].content
+    names = [name for name, _kind in item.columns]
+    cols = ", ".join(f"`{name}`" for name in names)
+    session.db.execute("SET SESSION group_concat_max_len = 1024")
+    (agentbench,) = session.db.execute(
+        "select md5(group_concat(rowhash order by rowhash)) as hash from( SELECT "
+        f"substring(MD5(CONCAT_WS(',', {cols})), 1, 5) AS rowhash FROM `{table}`) as sub;"
+    )
+    rows = session.db.text_rows(table, names)
+    assert len(rows) * 6 > 1024
+    assert table_hash(rows) == agentbench[0]
+    env.cancel(session)

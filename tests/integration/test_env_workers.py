@@ -42,8 +42,10 @@ def test_a_killed_worker_becomes_an_infra_error_and_another_worker_takes_over(am
         env = RemoteEnvironment(client, run, "db", timeout=60)
         start = env.start(0)
         assert start.session[1] == "first"
-        step = env.interact(start.session, _say("execute_sql", sql="SELECT COUNT(*) FROM planets"))
-        assert step.messages[0].content == "[[8]]"
+        step = env.interact(
+            start.session, _say("execute_sql", query="SELECT COUNT(*) FROM planets")
+        )
+        assert step.messages[0].content == "[(8,)]"
         os.killpg(procs[0].pid, signal.SIGKILL)  # mid-episode
         procs[0].wait(10)
         env_fast = RemoteEnvironment(client, run, "db", timeout=10)

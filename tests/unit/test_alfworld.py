@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from agentrl.environments import make_task
-from agentrl.environments._alfworld import AlfworldTask
+from agentrl.environments._alfworld import NO_TOOL_CALL, NO_VALID_CALL, AlfworldTask
+from agentrl.environments._alfworld_protocol import (
+    available_actions,
+    observation,
+    opening,
+)
 from agentrl.environments._alfworld_real import (
     AlfworldDataError,
     AlfworldUnavailable,
@@ -78,7 +83,7 @@ def test_oracle_succeeds_everywhere_and_random_nowhere():
     assert check("alfworld", env, "oracle").success_rate == 1.0
     for seed in range(3):
         report = check("alfworld", env, "random", seed=seed)
-        # random well-formed commands for 30 turns: observed 0/60 on seeds 0-2; bound 5%
+        # random well-formed commands for 20 turns: observed 0/60 on seeds 0-2; bound 5%
         assert report.success_rate <= 0.05, report.format()
 
 
@@ -128,19 +133,6 @@ def test_goal_texts_follow_alfworld():
     assert texts["pick_two_obj"].startswith("put two ")
 
 
-def test_the_prompt_and_the_opening_scene():
-    env = make_task("alfworld")
-    start = env.start(2)
-    system, user = start.messages
-    assert system.role == "system" and "take_action" in system.content
-    assert "heat [object] with [microwave]" in system.content and NOTHING in system.content
-    scene = env.scene(2)
-    assert user.content.startswith("You are in the middle of a room. Looking quickly around")
-    assert user.content.endswith(f"Your task is to: {scene.goal}.")
-    assert all(r in user.content for r in scene.receptacles)
-    assert [t["function"]["name"] for t in env.tools] == ["take_action"]
-
-
 # --- the rules -----------------------------------------------------------------------------
 
 
@@ -180,7 +172,7 @@ def test_one_object_in_hand_at_a_time_and_only_from_where_you_are():
     _play(world, "go to fridge 1", "open fridge 1")
     assert world.step("take apple 1 from fridge 1").observation == NOTHING  # hands full
     assert world.step("put knife 1 in/on fridge 1").observation == NOTHING  # knives don't fit
-    _play(world, "go to countertop 1", "put knife 1 on countertop 1")
+    _play(world, "go to countertop 1", "put knife 1 in/on countertop 1")
     assert _play(world, "inventory") == ["You are not carrying anything."]
     assert world.step("go to countertop 1").observation == NOTHING  # already there
 
@@ -191,10 +183,11 @@ def test_put_only_into_the_open_receptacle_you_are_at():
     _play(world, "close cabinet 1", "go to countertop 1")
     assert world.step("put mug 1 in/on cabinet 1").observation == NOTHING  # not at it
     world.step("go to cabinet 1")
-    assert world.step("put mug 1 in cabinet 1").observation == NOTHING  # closed
+    assert world.step("put mug 1 in/on cabinet 1").observation == NOTHING  # closed
     world.step("open cabinet 1")
-    assert (
-        world.step("put mug 1 in cabinet 1").observation == "You put the mug 1 in/on the cabinet 1."
+    assert world.step("put mug 1 in cabinet 1").observation == NOTHING  # ALFWorld says in/on
+    assert world.step("put mug 1 in/on cabinet 1").observation == (
+        "You put the mug 1 in/on the cabinet 1."
     )
     assert world.won()
 
@@ -260,10 +253,12 @@ def test_look_at_needs_the_object_in_hand_and_the_lamp_on():
     other = World(_bedroom())
     _play(other, "go to bed 1", "take book 1 from bed 1", "go to desk 1")
     assert not other.won()  # lamp off
-    assert other.step("toggle desklamp 1").observation == "You turn on the desklamp 1."
+    assert other.step("toggle desklamp 1").observation == NOTHING  # not an ALFWorld command
+    assert other.step("use desklamp 1").observation == "You turn on the desklamp 1."
     assert other.won()
-    assert other.step("toggle desklamp 1").observation == "You turn off the desklamp 1."
-    assert not other.won()
+    # ALFWorld's goal asks for a lamp once toggled: using it again keeps the goal
+    assert other.step("use desklamp 1").observation == "You turn on the desklamp 1."
+    assert other.won()
     wrong = World(_bedroom())
     _play(wrong, "go to sidetable 1", "take pen 1 from sidetable 1", "go to desk 1")
     wrong.step("use desklamp 1")
@@ -275,7 +270,13 @@ def test_unknown_and_misspelled_commands_do_nothing():
     for command in ["dance", "go to moon 1", "take apple from fridge 1", "", "open apple 1"]:
         outcome = world.step(command)
         assert (outcome.observation, outcome.valid) == (NOTHING, False)
-    assert world.step("  Go To   Fridge 1. ").valid  # case, spaces and a full stop are forgiven
+    # exact commands only, as TextWorld plays them (the task matches free text first)
+    assert not world.step("Go To Fridge 1.").valid and not world.step("inv").valid
+    assert world.step("look").observation == (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, "
+        "a countertop 1, a drawer 1, a fridge 1, a microwave 1, and a sinkbasin 1."
+    )
+    assert world.step("  go to fridge 1 ").valid  # surrounding spaces are stripped
     assert (
         world.step("look").observation
         == "You are facing the fridge 1. Next to it, you see nothing."
@@ -293,38 +294,112 @@ def test_a_session_step_by_step_with_metrics():
     env = make_task("alfworld")
     start = env.start(0)
     plan = env.solution(0)
-    step = env.interact(start.session, _act("dance", plan[0]))
-    assert step.status == Status.RUNNING and step.messages[0].content == NOTHING
-    assert step.messages[1].content.startswith("You arrive at loc")
-    assert step.messages[1].tool_call_id == "c1" and step.messages[1].name == "take_action"
+    game = World(env.scene(0))
+    step = env.interact(start.session, _act("dance", plan[0]))  # only the first call plays
+    # "dance" shares no word with any command: BLEU 0, played as it is
+    assert step.status == Status.RUNNING
+    assert [m.content for m in step.messages] == [NOTHING + available_actions(game.admissible())]
+    step = env.interact(start.session, _act(plan[0]))
+    arrived = game.step(plan[0]).observation
+    assert arrived.startswith("You arrive at loc")  # the engine's text, shown without it
+    assert step.messages[0].content == observation(arrived) + available_actions(game.admissible())
+    assert step.messages[0].tool_call_id == "c0" and step.messages[0].name == "take_action"
     for command in plan[1:-1]:
         assert env.interact(start.session, _act(command)).status == Status.RUNNING
     final = env.interact(start.session, _act(plan[-1], "look"))
     assert (final.status, final.reward, final.finish) == (Status.COMPLETED, 1.0, True)
-    assert len(final.messages) == 1  # the goal ends the episode before "look"
+    assert len(final.messages) == 1
     assert final.metrics["env/invalid_commands"] == 1.0
+    assert final.metrics["env/matched_actions"] == 0.0
     assert final.metrics["env/actions"] == float(len(plan) + 1)
+    assert final.metrics["env/level"] == 2.0 and final.metrics["env/bad_calls"] == 0.0
     assert final.metrics["env/success_pick_and_place"] == 1.0
     with pytest.raises(SessionClosed):
         env.interact(start.session, _act("look"))
 
 
+AGENTBENCH_TASK = "AgentBench src/server/tasks/alfworld/task.py"
+
+
 @pytest.mark.parametrize(
-    "message",
+    ("message", "reply"),
     [
-        ChatMessage("assistant", "I will go to the fridge."),
-        ChatMessage("assistant", "", [ToolCall("c0", "go_to", json.dumps({"action": "look"}))]),
-        ChatMessage("assistant", "", [ToolCall("c0", "take_action", json.dumps({"cmd": "look"}))]),
-        ChatMessage("assistant", "", [ToolCall("c0", "take_action", json.dumps({"action": 3}))]),
-        ChatMessage("assistant", "", [ToolCall("c0", "take_action", json.dumps({"action": " "}))]),
-        ChatMessage("assistant", "", [ToolCall("c0", "take_action", "[1, 2]")]),
+        (ChatMessage("assistant", "I will go to the fridge."), NO_TOOL_CALL),
+        (ChatMessage("assistant", '<tool_call>{"name": "take_action", "arg'), NO_TOOL_CALL),
+        (ChatMessage("assistant", "", [ToolCall("c0", "take_action", "{}")]), NO_VALID_CALL),
+        (ChatMessage("assistant", "", [ToolCall("c0", "take_action", "[1, 2]")]), NO_VALID_CALL),
+        (
+            ChatMessage("assistant", "", [ToolCall("c0", "take_action", '{"action": 3}')]),
+            NO_VALID_CALL,
+        ),
     ],
 )
-def test_model_failures_end_with_agent_invalid_action(message):
+def test_bad_calls_are_answered_as_agentbench_does_and_the_episode_goes_on(message, reply):
+    """Parity with AgentBench src/server/tasks/alfworld/task.py: no tool call -> the user
+    message of line 160 ("No executable tool calls found. Please call a tool instead"),
+    arguments that are not an object with a string first value -> the user message of
+    line 179 ("No valid tool calls found. Please call a tool instead."); both `continue`
+    the loop (lines 163, 182), so the episode runs until max_step (line 149)."""
+    assert NO_TOOL_CALL == "No executable tool calls found. Please call a tool instead"
+    assert NO_VALID_CALL == "No valid tool calls found. Please call a tool instead."
     env = make_task("alfworld")
-    step = env.interact(env.start(0).session, message)
+    start = env.start(0)
+    step = env.interact(start.session, message)
+    assert (step.status, step.reward, step.finish) == (Status.RUNNING, 0.0, False)
+    assert [(m.role, m.content) for m in step.messages] == [("user", reply)]
+    for command in env.solution(0):  # the model can still solve it afterwards
+        step = env.interact(start.session, _act(command))
+    assert (step.status, step.reward) == (Status.COMPLETED, 1.0)
+    assert step.metrics["env/bad_calls"] == 1.0
+
+
+def test_agentbench_plays_the_first_call_whatever_its_name_and_argument_key():
+    """Parity with AgentBench alfworld/task.py:166-173: tool_calls[0] only, its first argument
+    value is the action (the name is never checked), lower-cased and cut at the first line
+    (utils.py:31, process_action)."""
+    env = make_task("alfworld")
+    start = env.start(0)
+    first = env.solution(0)[0]
+    calls = [
+        ToolCall("c0", "go_to", json.dumps({"cmd": first.upper() + "\nthen more"})),
+        ToolCall("c1", "take_action", json.dumps({"action": "look"})),
+    ]
+    step = env.interact(start.session, ChatMessage("assistant", "", calls))
+    assert len(step.messages) == 1 and step.messages[0].tool_call_id == "c0"
+    game = World(env.scene(0))
+    expected = observation(game.step(first).observation) + available_actions(game.admissible())
+    assert step.messages[0].content == expected
+
+
+def test_the_turn_limit_counts_bad_calls_and_ends_with_reward_zero():
+    """Parity with AgentBench alfworld/task.py: every assistant message is one of the max_step
+    iterations (line 149, default 20 in configs/tasks/alfworld.yaml line 10); running out
+    ends TASK_LIMIT_REACHED with result 0 (lines 217-223)."""
+    env = make_task("alfworld")
+    assert env.turn_limit(2) == 20 and env.max_turns == 20
+    start = env.start(0)
+    for _ in range(19):
+        step = env.interact(start.session, ChatMessage("assistant", "thinking"))
+        assert step.status == Status.RUNNING
+    step = env.interact(start.session, ChatMessage("assistant", "still thinking"))
+    assert (step.status, step.reward, step.finish) == (Status.TASK_LIMIT_REACHED, 0.0, True)
+    assert step.messages[0].content == NO_TOOL_CALL and step.metrics["env/bad_calls"] == 20.0
+
+
+def test_the_same_action_three_times_after_three_actions_fails():
+    """Parity with AgentBench alfworld/task.py:208-213: with more than 3 logged actions and
+    the last 3 outputs equal -> result 0, AGENT_INVALID_ACTION; the check runs before the
+    goal test (line 215)."""
+    env = make_task("alfworld")
+    start = env.start(0)
+    assert env.interact(start.session, _act("inventory")).status == Status.RUNNING
+    for _ in range(2):
+        assert env.interact(start.session, _act("look")).status == Status.RUNNING
+    step = env.interact(start.session, _act("look"))
     assert (step.status, step.reward, step.finish) == (Status.AGENT_INVALID_ACTION, 0.0, True)
-    assert step.metrics["env/success"] == 0.0
+    other = env.start(0)  # three in a row, but only three actions: goes on
+    for _ in range(3):
+        assert env.interact(other.session, _act("look")).status == Status.RUNNING
 
 
 def test_turn_limit_and_cancel():
@@ -407,6 +482,13 @@ def test_without_the_packages_and_games_the_real_backend_says_what_is_missing(
         make_task("alfworld", backend="alfworld")
 
 
+def test_a_data_file_is_never_silently_ignored_by_the_generated_backend():
+    with pytest.raises(ValueError, match="cannot play"):
+        make_task("alfworld", data=str(AGENTBENCH_ALFWORLD))
+    with pytest.raises(ValueError, match="cannot play"):
+        make_task("alfworld", backend="generated", alfworld_data="/somewhere")
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
@@ -441,8 +523,8 @@ class _FakeTextWorldEnv:
         self.infos, self.wrappers, self.closed = infos, wrappers, False
 
     def reset(self) -> _FakeState:
-        state = _FakeState(won=False)
-        state.feedback = "-= Welcome to TextWorld, ALFRED! =-\n\n" + self.world.intro()
+        state = _FakeState(won=False, admissible_commands=self.world.admissible())
+        state.feedback = self.world.intro()  # the banner, the room, the goal
         if "walkthrough" in self.infos.extras:
             state["extra.walkthrough"] = solution(self.world.scene)
         return state
@@ -451,7 +533,7 @@ class _FakeTextWorldEnv:
         if command == "crash":
             raise RuntimeError("the PDDL planner died")
         outcome = self.world.step(command)
-        state = _FakeState(won=self.world.won())
+        state = _FakeState(won=self.world.won(), admissible_commands=self.world.admissible())
         state.feedback = outcome.observation
         return state, int(state["won"]), state["won"]
 
@@ -468,7 +550,8 @@ def _install_fake_alfworld(monkeypatch) -> list[_FakeTextWorldEnv]:
 
     def start(path, request_infos=None, wrappers=()):
         assert any(isinstance(w, AlfredDemangler) and not w.shuffle for w in wrappers)
-        assert request_infos.won and "gamefile" in request_infos.extras
+        assert request_infos.won and request_infos.admissible_commands
+        assert "gamefile" in request_infos.extras
         started.append(_FakeTextWorldEnv(path, request_infos, wrappers))
         return started[-1]
 
@@ -502,16 +585,34 @@ def test_the_real_backend_plays_textworld_games(monkeypatch, tmp_path):
     started = _install_fake_alfworld(monkeypatch)
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     data = _game_files(tmp_path)
-    env = make_task("alfworld", backend="alfworld", data=str(data))
+    env = make_task("alfworld", backend="alfworld", data=str(data), split="all")
     assert env.num_instances == 12
+    train, test = (
+        make_task("alfworld", backend="alfworld", data=str(data), split=side)
+        for side in ("train", "test")
+    )
+    assert train.num_instances + test.num_instances == 12 and test.num_instances >= 1
+    train_games = {train.describe(i) for i in range(train.num_instances)}
+    assert not train_games & {test.describe(i) for i in range(test.num_instances)}
+    with pytest.raises(ValueError, match="level 2 only"):
+        make_task("alfworld", backend="alfworld", data=str(data), levels=[0])
     assert check("alfworld", env, "oracle").success_rate == 1.0  # the games' walkthroughs
     assert check("alfworld", env, "random").success_rate <= 0.1
     assert started and all(game.closed for game in started)
     start = env.start(4)  # a look_at_obj game
-    assert start.messages[1].content.startswith("You are in the middle of a room.")
+    game = started[-1].world
+    assert start.messages[1].content == opening(game.intro(), game.admissible())
+    assert start.messages[1].content.startswith("Here is your task. You are in the middle of a")
     assert "Welcome to TextWorld" not in start.messages[1].content
     step = env.interact(start.session, _act("dance"))
-    assert step.messages[0].content == NOTHING and step.status == Status.RUNNING
+    assert step.messages[0].content == NOTHING + available_actions(game.admissible())
+    assert step.status == Status.RUNNING
+    first = solution(game.scene)[0]
+    step = env.interact(start.session, _act(first))
+    fresh = World(game.scene)
+    arrived = fresh.step(first).observation
+    assert arrived.startswith("You arrive at loc ")
+    assert step.messages[0].content == observation(arrived) + available_actions(fresh.admissible())
     env.cancel(start.session)
     assert started[-1].closed
     broken = env.start(0)
@@ -520,7 +621,9 @@ def test_the_real_backend_plays_textworld_games(monkeypatch, tmp_path):
     assert started[-1].closed
     with pytest.raises(SessionClosed):
         env.interact(broken.session, _act("look"))
-    only = make_task("alfworld", backend="alfworld", data=str(data), task_types=["pick_two_obj"])
+    only = make_task(
+        "alfworld", backend="alfworld", data=str(data), task_types=["pick_two_obj"], split="all"
+    )
     assert only.num_instances == 2 and only.describe(0).startswith("[pick_two_obj] json_2.1.1/")
     (tmp_path / json.loads(data.read_text())["look_at_obj"][1]).unlink()
     with pytest.raises(AlfworldUnavailable, match=r"1 of 12 game files missing"):
@@ -543,3 +646,75 @@ def test_the_alfworld_task_through_the_whole_loop(tmp_path):
         json.loads(line) for line in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     assert metrics["env/alfworld/episodes"] == 4 and "env/alfworld/reward" in metrics
+
+
+# --- levels and the split --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_every_level_is_solved_by_the_oracle_and_not_by_random(level):
+    env = make_task("alfworld", levels=[level], num_instances=120, split="test")
+    assert check("alfworld", env, "oracle").success_rate == 1.0
+    # random well-formed commands: observed 0/300 per level on seed 0; bound 5%
+    assert check("alfworld", env, "random").success_rate <= 0.05
+    demo = make_task("alfworld", levels=[level], num_instances=20, demo=True)
+    assert check("alfworld", demo, "oracle").success_rate == 1.0
+
+
+def test_level_goals_and_turn_limits():
+    env = make_task("alfworld", levels=[0, 1], num_instances=40)
+    assert [env.level(i) for i in range(4)] == [0, 1, 0, 1]
+    assert (env.turn_limit(0), env.turn_limit(1), env.max_turns) == (5, 8, 8)
+    take, place = env.scene(0), env.scene(1)
+    obj = f"{take.target} 1"
+    assert take.goal == f"take the {obj} from the {take.source}"
+    assert env.solution(0) == [f"go to {take.source}", f"take {obj} from {take.source}"]
+    assert place.goal.endswith(f", then put it in/on the {place.destination}")
+    assert (
+        f"\nYour task is to: {place.goal}. AVAILABLE ACTIONS: " in env.start(1).messages[1].content
+    )
+    assert make_task("alfworld", levels=[0], max_turns=9).turn_limit(0) == 9
+    start = env.start(0)  # level 0 ends at its own limit of 5
+    for command in ["look", "inventory", "look", "inventory"]:
+        assert env.interact(start.session, _act(command)).status == Status.RUNNING
+    assert env.interact(start.session, _act("look")).status == Status.TASK_LIMIT_REACHED
+    with pytest.raises(ValueError, match="levels"):
+        make_task("alfworld", levels=[3])
+    with pytest.raises(ValueError, match="split"):
+        make_task("alfworld", split="dev")
+
+
+def test_holding_another_object_or_putting_it_elsewhere_is_not_the_goal():
+    env = make_task("alfworld", levels=[1], num_instances=10)
+    for index in range(10):
+        scene = env.scene(index)
+        world = World(scene)
+        plan = env.solution(index)
+        for command in plan[:2]:
+            assert world.step(command).valid
+        assert not world.won()  # taken but not placed
+        elsewhere = next(
+            r
+            for r in scene.receptacles
+            if r not in (scene.destination, scene.source) and kind_of(r) not in OPENABLE
+        )
+        world.step(f"go to {elsewhere}")
+        world.step(f"put {scene.target} 1 in/on {elsewhere}")
+        assert not world.won()
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_train_and_test_never_share_a_scene_and_are_deterministic(level):
+    from agentrl.environments._alfworld_levels import scene_key
+    from agentrl.environments._split import check_disjoint
+
+    train = make_task("alfworld", levels=[level], num_instances=300, split="train")
+    test = make_task("alfworld", levels=[level], num_instances=300, split="test")
+    train_keys = [scene_key(train.scene(i)) for i in range(300)]
+    test_keys = [scene_key(test.scene(i)) for i in range(300)]
+    check_disjoint(train_keys, test_keys, "alfworld")
+    assert len(set(test_keys)) >= 290 and len(set(train_keys)) >= 290  # hundreds distinct
+    again = make_task("alfworld", levels=[level], num_instances=300, split="test")
+    assert [again.scene(i) for i in range(20)] == [test.scene(i) for i in range(20)]
+    other_seed = make_task("alfworld", levels=[level], num_instances=300, split="test", seed=1)
+    assert [other_seed.scene(i) for i in range(20)] != [test.scene(i) for i in range(20)]

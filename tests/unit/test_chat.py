@@ -58,6 +58,20 @@ def test_no_example_line_when_an_assistant_turn_already_shows_a_call(fmt):
     assert "To call a tool, write <tool_call>JSON</tool_call>.<|im_end|>" in text
 
 
+def test_structured_calls_are_written_as_text_when_the_template_ignores_tools(fmt):
+    call = ToolCall("c1", "lookup", '{"word": "pear"}')
+    msgs = [
+        _m("system", "S"),
+        _m("user", "q"),
+        _m("assistant", "Thought: look it up.", tool_calls=[call]),
+        _m("tool", "a fruit", tool_call_id="c1"),
+    ]
+    text = fmt.render(msgs, TOOLS, add_generation_prompt=True)
+    shown = 'Thought: look it up.\n<tool_call>{"name": "lookup", "arguments": {"word": "pear"}}'
+    assert f"<|im_start|>assistant\n{shown}</tool_call><|im_end|>" in text
+    assert "for example" not in text  # the shown call is the example
+
+
 def test_tools_without_a_system_message_get_their_own(fmt):
     text = fmt.render([_m("user", "hi")], TOOLS, add_generation_prompt=False)
     assert text.startswith("<|im_start|>system\n<tools>\n")

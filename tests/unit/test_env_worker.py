@@ -45,9 +45,9 @@ def test_a_remote_session_plays_like_a_local_one(run):
         assert start.session[1] == "w1" and "planets" in start.messages[-1].content
         assert [t["function"]["name"] for t in env.tools] == ["execute_sql", "commit_final_answer"]
         step = env.interact(
-            start.session, _say("execute_sql", sql="SELECT COUNT(*) FROM planets WHERE moons > 20")
+            start.session, _say("execute_sql", query="SELECT COUNT(*) FROM planets WHERE moons>20")
         )
-        assert (step.status, step.messages[0].content) == (Status.RUNNING, "[[3]]")
+        assert (step.status, step.messages[0].content) == (Status.RUNNING, "[(3,)]")
         step = env.interact(start.session, _say("commit_final_answer", answers=["3"]))
         assert (step.status, step.reward, step.finish) == (Status.COMPLETED, 1.0, True)
         assert step.metrics["env/success"] == 1.0

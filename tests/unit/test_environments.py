@@ -276,7 +276,7 @@ def test_turn_limit():
 
 
 def test_malformed_call_is_caught_before_the_env():
-    # The rollout turns this into agent_validation_failed; the env never sees it.
+    # The rollout passes the raw text to the env as a message without calls (actors/_episode.py).
     with pytest.raises(MalformedToolCall):
         parse_assistant('<tool_call>{"name": "calculate", "arguments": {"expression": 1 +')
 

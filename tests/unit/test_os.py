@@ -18,7 +18,7 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._os import TRUNCATED, observation
+from agentrl.environments._os_tools import TRUNCATED, observation
 from agentrl.environments._osdata import ItemError, load_items
 from agentrl.environments._protocol import SessionClosed, Status
 from agentrl.environments._sandbox import docker_available
@@ -54,7 +54,7 @@ def _data(tmp_path: Path, *items: dict) -> str:
 
 @needs_bwrap
 def test_built_in_set_oracle_succeeds_everywhere_and_random_nowhere():
-    env = make_task("os", sandbox="bwrap")
+    env = make_task("os", split="all", sandbox="bwrap")
     assert env.num_instances >= 12
     report = check("os", env, "oracle")
     assert report.success_rate == 1.0, report.format()
@@ -80,7 +80,7 @@ def test_the_agentbench_sample_loads():
 
 @needs_bwrap
 def test_a_session_step_by_step():
-    env = make_task("os", sandbox="bwrap", timeout=1.0)
+    env = make_task("os", split="all", sandbox="bwrap", timeout=1.0)
     index = next(i for i in range(env.num_instances) if "/root/data.bin" in env.item(i).description)
     start = env.start(index)
     assert "data.bin" in start.messages[-1].content and start.messages[0].role == "system"
@@ -110,31 +110,43 @@ def test_observation_truncates_like_agentbench():
 
 
 @needs_bwrap
-@pytest.mark.parametrize(
-    ("message", "status"),
-    [
-        (ChatMessage("assistant", "I think it is 3."), Status.AGENT_INVALID_ACTION),
-        (_say(("rm_everything", {})), Status.AGENT_INVALID_ACTION),
-        (_say(("bash_action", {"command": "ls"})), Status.AGENT_INVALID_ACTION),
-        (_say(("bash_action", "[1, 2]")), Status.AGENT_INVALID_ACTION),
-        (_say(("answer_action", {"answer": ["3"]})), Status.AGENT_INVALID_ACTION),
-        # not passable as a program argument: a NUL, a lone surrogate, over 128 KiB
-        (_say(("bash_action", {"script": "echo a\x00b"})), Status.AGENT_INVALID_ACTION),
-        (_say(("bash_action", {"script": "echo \ud800"})), Status.AGENT_INVALID_ACTION),
-        (_say(("bash_action", {"script": "#" * 200_000})), Status.AGENT_INVALID_ACTION),
-        (_say(("answer_action", {"answer": "a\x00b"})), Status.AGENT_INVALID_ACTION),
-        (_say(("answer_action", {"answer": "3" * 200_000})), Status.AGENT_INVALID_ACTION),
-    ],
-)
-def test_model_failures_end_with_their_status(message, status):
-    env = make_task("os", sandbox="bwrap")
-    step = env.interact(env.start(0).session, message)
-    assert (step.status, step.reward, step.finish) == (status, 0.0, True)
+def test_bad_calls_get_agentbench_replies_and_the_episode_goes_on():
+    """Replies and limits as AgentBench's OS task (THUDM/AgentBench,
+    src/server/tasks/os_interaction/task.py): no tool call -> user message "No executable
+    tool calls found. Please call a tool instead" (lines 558-566); only the first call of a
+    message runs (line 569); unparsable arguments -> tool message ``str(e)`` of the JSON
+    error (lines 575-592); the first argument is read whatever its name (line 580 and
+    ``_extract_function``, lines 346-358); an unknown function -> tool message "Invalid
+    function call. Please call a tool instead" (lines 601-622); 8 rounds then
+    TASK_LIMIT_REACHED with reward 0 (configs/tasks/os.yaml line 5 ``round_limit: 8``;
+    task.py lines 419 and 441-452)."""
+    env = make_task("os", split="all", sandbox="bwrap")
+    session = env.start(0).session
+    step = env.interact(session, ChatMessage("assistant", "I think it is 3."))
+    assert (step.status, step.finish) == (Status.RUNNING, False)
+    assert [(m.role, m.content) for m in step.messages] == [
+        ("user", "No executable tool calls found. Please call a tool instead")
+    ]
+    step = env.interact(session, _say(("bash_action", "{oops")))
+    assert step.messages[0].role == "tool"
+    assert step.messages[0].content.startswith("Expecting property name enclosed in double")
+    step = env.interact(session, _say(("rm_everything", {}), ("bash_action", {"script": "ls"})))
+    assert [(m.role, m.content) for m in step.messages] == [
+        ("tool", "Invalid function call. Please call a tool instead")
+    ]
+    step = env.interact(session, _say(("bash_action", {"command": "echo hi"})))
+    assert step.messages[0].content == "The output of the OS:\n\nhi\n"
+    for bad in ("echo a\x00b", "echo \ud800", "#" * 200_000):  # not passable as an argument
+        step = env.interact(session, _say(("bash_action", {"script": bad})))
+        assert step.messages[0].content == "bash_action needs its script as one text argument"
+    step = env.interact(session, _say(("answer_action", {"answer": ["3"]})))  # the 8th
+    assert (step.status, step.reward, step.finish) == (Status.TASK_LIMIT_REACHED, 0.0, True)
+    assert step.metrics["env/bad_calls"] == 7.0 and step.metrics["env/turns"] == 8.0
 
 
 @needs_bwrap
 def test_turn_limit_reuse_and_cancel():
-    env = make_task("os", sandbox="bwrap", max_turns=2)
+    env = make_task("os", split="all", sandbox="bwrap", max_turns=2)
     start = env.start(0)
     env.interact(start.session, _say(("bash_action", {"script": "ls"})))
     step = env.interact(start.session, _say(("bash_action", {"script": "ls"})))
@@ -164,7 +176,7 @@ def test_judging_follows_agentbench(tmp_path):
     }
     regex = {"description": "regex", "evaluation": {"match": {"regex": "^v[0-9]+$"}}}
     exact = {"description": "exact", "evaluation": {"match": {"answer": " x ", "strip": False}}}
-    env = make_task("os", sandbox="bwrap", data=_data(tmp_path, chain, regex, exact))
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, chain, regex, exact))
 
     def ends(index: int, call: tuple[str, dict]) -> float:
         return env.interact(env.start(index).session, _say(call)).reward
@@ -181,7 +193,9 @@ def test_judging_follows_agentbench(tmp_path):
 @needs_bwrap
 def test_an_init_over_its_time_limit_is_an_item_error_and_leaves_nothing(tmp_path):
     slow = {"description": "slow", "create": {"init": "sleep 30"}, "evaluation": {"match": "x"}}
-    env = make_task("os", sandbox="bwrap", data=_data(tmp_path, slow), init_timeout=0.5)
+    env = make_task(
+        "os", split="all", sandbox="bwrap", data=_data(tmp_path, slow), init_timeout=0.5
+    )
     before = set(Path(tempfile.gettempdir()).glob("agentrl-os-0-*"))
     with pytest.raises(ItemError, match=r"item 0: init script 0 ran over 0\.5 s"):
         env.start(0)
@@ -211,7 +225,8 @@ def test_cli_check_uses_bwrap_when_no_engine_answers(capsys, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix:///nonexistent/{uuid.uuid4().hex}.sock")
     docker_available.cache_clear()
     try:
-        assert cli_env.main(["check", "--task", "os", "--agent", "oracle"]) == 0
+        argv = ["check", "--task", "os", "--agent", "oracle", "--option", "split=all"]
+        assert cli_env.main(argv) == 0
     finally:
         docker_available.cache_clear()
     assert "task os, agent oracle: 13/13 succeeded (1.000)" in capsys.readouterr().out
@@ -282,8 +297,21 @@ def test_a_check_output_that_cannot_be_an_argument_fails_the_judging(tmp_path):
         "description": "nul",
         "evaluation": {"check": [None, {"code": "exit 0"}], "example": {"code": "cat /root/f"}},
     }
-    env = make_task("os", sandbox="bwrap", data=_data(tmp_path, item))
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
     start = env.start(0)
     env.interact(start.session, _say(("bash_action", {"script": "printf 'a\\0b' > /root/f"})))
     step = env.interact(start.session, _say(("answer_action", {"answer": "a"})))
     assert (step.status, step.reward) == (Status.COMPLETED, 0.0)
+
+
+def test_train_and_test_split_the_built_in_set_by_content():
+    from agentrl.environments._osdata import content_key
+    from agentrl.environments._split import check_disjoint
+
+    envs = {s: make_task("os", split=s, sandbox="bwrap") for s in ("train", "test", "all")}
+    keys = {s: [content_key(e.item(i)) for i in range(e.num_instances)] for s, e in envs.items()}
+    assert len(keys["train"]) + len(keys["test"]) == len(keys["all"]) == 13
+    assert keys["train"] and keys["test"]
+    check_disjoint(keys["train"], keys["test"], "os")
+    with pytest.raises(ValueError, match="split"):
+        make_task("os", split="dev")

@@ -45,9 +45,17 @@ def opener():
 
 def test_writes_stay_inside_the_sandbox(opener):
     suite.writes_stay_inside(opener)
-    box = opener()  # here the host's system folders are shown read-only
-    for path in ("/usr/bin/agentrl-x", "/usr/lib/agentrl-x", "/etc/alternatives/agentrl-x"):
-        assert "Read-only file system" in box.run(f"echo x > {path}", 5).output
+    box = opener()  # /usr is the session's overlay of the host's: writable, its own
+    for path in ("/usr/bin/agentrl-x", "/usr/lib/agentrl-x"):
+        assert box.run(f"echo x > {path} && rm -f /usr/bin/ls && cat {path}", 5).output == "x\n"
+        assert not Path(path).exists() and Path("/usr/bin/ls").exists()
+    other = opener()  # another session sees the host's /usr, not this one's
+    assert other.run("ls /usr/bin/agentrl-x; ls /usr/bin/ls", 5).output.split("\n")[1:3] == [
+        "/usr/bin/ls",
+        "",
+    ]
+    # the host's /etc folders are shown read-only
+    assert "Read-only file system" in box.run("echo x > /etc/alternatives/agentrl-x", 5).output
     # no device nodes (a block device node would reach the host's disk) and no mounts
     assert box.run("mknod /root/disk b 8 0", 5).exit_code != 0
     assert box.run("mount -o remount,rw /usr", 5).exit_code != 0

@@ -13,7 +13,12 @@ import pytest
 from agentrl.environments import make_task
 from agentrl.environments._check import check
 from agentrl.environments._protocol import InfraError, SessionClosed, Status
-from agentrl.environments._webshop import CHECK_AGENTS
+from agentrl.environments._webshop import (
+    CHECK_AGENTS,
+    LIMIT_REACHED,
+    NO_TOOL_CALL,
+    NO_VALID_CALL,
+)
 from agentrl.environments._webshop_catalogue import (
     CatalogueError,
     Goal,
@@ -60,7 +65,7 @@ def _play(env, index: int, agent: str, seed: int = 0):
 
 @pytest.fixture(scope="module")
 def env():
-    return make_task("webshop")
+    return make_task("webshop", split="all")
 
 
 @pytest.fixture
@@ -87,7 +92,8 @@ def test_oracle_buys_the_right_thing_everywhere_and_random_never(env):
 
 
 def test_cli_check_prints_the_oracle_rate(capsys):
-    assert cli_env.main(["check", "--task", "webshop", "--agent", "oracle"]) == 0
+    argv = ["check", "--task", "webshop", "--option", "split=all", "--agent", "oracle"]
+    assert cli_env.main(argv) == 0
     assert "task webshop, agent oracle: 30/30 succeeded (1.000)" in capsys.readouterr().out
 
 
@@ -155,25 +161,103 @@ def test_a_partial_purchase_is_a_completed_episode_with_its_reward(env):
     assert step.metrics["env/success"] == 0.0 and step.metrics["env/r_option"] == 0.5
 
 
+def _available(page: str) -> str:
+    return f"Available Actions:\n{{'has_search_bar': {page == 'search'}, 'clickables': "
+
+
 @pytest.mark.parametrize(
-    "message",
+    ("message", "replies"),
     [
-        ChatMessage("assistant", "I would buy the red one."),
-        _say(("add_to_cart", {"item": "x"})),
-        _say(("search_action", {"query": "shoes"})),
-        _say(("search_action", {"keywords": "   "})),
-        _say(("click_action", {"button": 3})),
-        ChatMessage("assistant", "", [ToolCall("c0", "click_action", "[1, 2]")]),
+        (
+            ChatMessage("assistant", "I would buy the red one."),
+            [("user", f"Observation:\n{NO_TOOL_CALL}\n\n" + _available("search"))],
+        ),
+        (
+            ChatMessage("assistant", "", [ToolCall("c0", "click_action", "[1, 2]")]),
+            [("user", NO_VALID_CALL), ("user", "Observation:\nWebShop [SEP] Instruction:")],
+        ),
+        (
+            ChatMessage("assistant", "", [ToolCall("c0", "search_action", "{}")]),
+            [("user", NO_VALID_CALL), ("user", "Observation:\nWebShop [SEP] Instruction:")],
+        ),
+        (
+            _say(("add_to_cart", {"item": "x"})),
+            [("user", "Observation:\nWebShop [SEP] Instruction:")],
+        ),
+        (
+            _say(("add_to_cart", {})),
+            [("user", "Observation:\nWebShop [SEP] Instruction:")],
+        ),
+        (
+            ChatMessage("assistant", "", [ToolCall("c0", "add_to_cart", "[1]")]),
+            [("user", NO_VALID_CALL), ("user", "Observation:\nWebShop [SEP] Instruction:")],
+        ),
     ],
 )
-def test_model_failures_end_with_agent_invalid_action(env, message):
-    step = env.interact(env.start(0).session, message)
-    assert (step.status, step.reward, step.finish) == (Status.AGENT_INVALID_ACTION, 0.0, True)
-    assert step.metrics["env/purchased"] == 0.0
+def test_bad_calls_are_answered_as_agentbench_does_and_the_episode_goes_on(env, message, replies):
+    """Parity with AgentBench src/server/tasks/webshop/task.py: no tool call -> the observation
+    becomes line 95's text, shown next round as the user message of lines 75-78
+    ("Observation:\n...\n\nAvailable Actions:\n..."); arguments json.loads cannot give a
+    object (line 102-103) or, for a known function, a first value (line 106/108) -> the
+    user message of line 113, `continue`, then the unchanged observation as that user
+    message (action is None, lines 97 and 74-78); an unknown function name with object
+    arguments sets no action (lines 105-108), so only that user message follows. The
+    episode goes on in every case (`continue`, or `if not action` at line 125)."""
+    assert NO_TOOL_CALL == "No executable tool calls found! You should call a tool instead."
+    assert NO_VALID_CALL == "No valid tool call found from agent."
+    start = env.start(0)
+    step = env.interact(start.session, message)
+    assert (step.status, step.reward, step.finish) == (Status.RUNNING, 0.0, False)
+    assert [m.role for m in step.messages] == [role for role, _ in replies]
+    for got, (_, text) in zip(step.messages, replies, strict=True):
+        assert got.content.startswith(text), got.content
+    assert step.messages[-1].content.endswith("'clickables': ['search']}")
+    for call in CHECK_AGENTS["oracle"](env, 0, random.Random(0)):  # still solvable
+        step = env.interact(start.session, ChatMessage("assistant", "", [call]))
+    assert (step.status, step.reward) == (Status.COMPLETED, 1.0)
+    assert step.metrics["env/bad_calls"] == 1.0
+
+
+def test_agentbench_plays_the_first_call_with_its_first_argument(env):
+    """Parity with AgentBench webshop/task.py:99-108: tool_calls[0] only; the action is
+    search[<first argument value>] or click[<first argument value>] whatever the key."""
+    start = env.start(0)
+    calls = [
+        ToolCall("c0", "search_action", json.dumps({"query": "sneakers"})),
+        ToolCall("c1", "click_action", json.dumps({"button": "Back to Search"})),
+    ]
+    step = env.interact(start.session, ChatMessage("assistant", "", calls))
+    assert len(step.messages) == 1 and step.messages[0].role == "tool"
+    assert "Page 1 (Total results: 13)" in step.messages[0].content
+    step = env.interact(start.session, _say(("click_action", {"value": 3})))  # click[3]
+    assert step.messages[0].content.startswith("Invalid action! '3' is not a clickable")
+
+
+def test_the_turn_limit_is_20_rounds_and_ends_with_agentbench_s_tool_message(env):
+    """Parity with AgentBench webshop/task.py: `for j in range(self.max_rounds)` (line 66),
+    max_rounds from `round`, 20 in configs/tasks/webshop.yaml line 5 (task.py:41 default 20);
+    every response uses a round, bad ones too; running out -> TASK_LIMIT_REACHED (line 139),
+    reward 0 (line 140; `reward` is only set by env.step) and the tool message
+    "Task limit reached." with the last call id (lines 142-146)."""
+    assert LIMIT_REACHED == "Task limit reached."
+    assert env.turn_limit(2) == 20
+    start = env.start(0)
+    assert env.interact(start.session, _search("sneakers")).status == Status.RUNNING
+    for _ in range(18):
+        assert env.interact(start.session, ChatMessage("assistant", "hmm")).status == (
+            Status.RUNNING
+        )
+    step = env.interact(start.session, ChatMessage("assistant", "", [ToolCall("c9", "x", "[]")]))
+    assert (step.status, step.reward, step.finish) == (Status.TASK_LIMIT_REACHED, 0.0, True)
+    assert [(m.role, m.content) for m in step.messages] == [
+        ("user", NO_VALID_CALL),
+        ("tool", LIMIT_REACHED),
+    ]
+    assert step.messages[-1].tool_call_id == "c0" and step.metrics["env/bad_calls"] == 19.0
 
 
 def test_turn_limit_and_cancel():
-    env = make_task("webshop", max_turns=2)
+    env = make_task("webshop", max_turns=2, split="all")
     start = env.start(1)
     assert env.interact(start.session, _search("coffee")).status == Status.RUNNING
     step = env.interact(start.session, _click("Back to Search"))
@@ -381,7 +465,7 @@ def test_bad_data_names_the_item(tmp_path):
 
 
 def test_the_http_adapter_plays_a_webshop_server(server):
-    env = make_task("webshop", server=server.url)
+    env = make_task("webshop", server=server.url, split="all")
     assert check("webshop", env, "oracle").success_rate == 1.0
     assert server.requests > 30 * 4  # every page came over HTTP
     goal = env.goal(2)
@@ -435,3 +519,75 @@ def test_http_search_keywords_with_a_lone_surrogate_are_sent_replaced(server):
     env = make_task("webshop", server=server.url)
     step = env.interact(env.start(0).session, _search("coffee \ud800"))
     assert step.status == Status.RUNNING and "Back to Search" in step.messages[0].content
+
+
+# --- levels and the split ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_every_level_is_solved_by_the_oracle_and_rarely_by_random(level):
+    env = make_task("webshop", levels=[level], split="test")
+    assert check("webshop", env, "oracle").success_rate == 1.0
+    # a random first-page product: level 0 observed 1/34 (test) and 6/116 (train); bound 15%
+    assert check("webshop", env, "random").success_rate <= (0.15 if level == 0 else 0.0)
+    demo = make_task("webshop", levels=[level], split="test", demo=True)
+    assert check("webshop", demo, "oracle").success_rate == 1.0
+
+
+def test_level_goals_turn_limits_and_the_exact_judge():
+    env = make_task("webshop", levels=[0, 1])
+    assert [env.level(i) for i in range(4)] == [0, 1, 0, 1]
+    assert (env.turn_limit(0), env.turn_limit(1), env.max_turns) == (5, 6, 6)
+    take, choose = env.goal(0), env.goal(1)
+    assert take.instruction == f'search for "{take.name}" and buy it' and not take.options
+    (value,) = choose.options
+    assert choose.instruction == f'search for "{choose.name}", choose "{value}" and buy it'
+    assert choose.instruction in env.start(1).messages[1].content
+    start = env.start(1)  # the right product without the option: 0
+    env.interact(start.session, _search(choose.name))
+    env.interact(start.session, _click(choose.asin))
+    step = env.interact(start.session, _click("Buy Now"))
+    assert (step.status, step.reward, step.metrics["env/level"]) == (Status.COMPLETED, 0.0, 1.0)
+    start = env.start(0)  # another product of the same type: 0 (WebShop's reward would pay)
+    env.interact(start.session, _search(take.name))
+    other = next(a for a in env.search(take.name) if a != take.asin)
+    env.interact(start.session, _click(other))
+    assert env.interact(start.session, _click("Buy Now")).reward == 0.0
+    start = env.start(0)  # level 0 ends at its own limit of 5
+    for _ in range(4):
+        assert env.interact(start.session, _click("Next >")).status == Status.RUNNING
+    assert env.interact(start.session, _click("Next >")).status == Status.TASK_LIMIT_REACHED
+    with pytest.raises(ValueError, match="levels"):
+        make_task("webshop", levels=[5])
+    with pytest.raises(ValueError, match="split"):
+        make_task("webshop", split="validation")
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_train_and_test_never_share_a_product(level):
+    train = make_task("webshop", levels=[level], split="train")
+    test = make_task("webshop", levels=[level], split="test")
+    train_goals = [train.goal(i) for i in range(train.num_instances)]
+    test_goals = [test.goal(i) for i in range(test.num_instances)]
+    assert not {g.asin for g in train_goals} & {g.asin for g in test_goals}
+    assert not {g.instruction for g in train_goals} & {g.instruction for g in test_goals}
+    everything = make_task("webshop", levels=[level], split="all").num_instances
+    assert train.num_instances + test.num_instances == everything
+    if level == 1:  # hundreds of distinct instances per split
+        assert len({g.instruction for g in test_goals}) >= 200
+    again = make_task("webshop", levels=[level], split="test")
+    assert [again.goal(i) for i in range(test.num_instances)] == test_goals
+    reseeded = make_task("webshop", levels=[level], split="test", seed=1)
+    assert {reseeded.goal(i).asin for i in range(reseeded.num_instances)} != {
+        g.asin for g in test_goals
+    }
+
+
+def test_a_server_plays_the_full_level_split_by_goal_number(server):
+    with pytest.raises(ValueError, match="level 2 only"):
+        make_task("webshop", server=server.url, levels=[0])
+    train = make_task("webshop", server=server.url)
+    test = make_task("webshop", server=server.url, split="test")
+    assert train.num_instances + test.num_instances == 30 and test.num_instances >= 1
+    train_goals = {train.goal(i).instruction for i in range(train.num_instances)}
+    assert not train_goals & {test.goal(i).instruction for i in range(test.num_instances)}

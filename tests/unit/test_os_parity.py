@@ -1,0 +1,186 @@
+"""The os task against AgentBench's os_interaction task: prompt, tools, start, finish, init.
+
+Expected values come from AgentBench (git dir /work/.mirror/THUDM+AgentBench/repo,
+``src/server/tasks/os_interaction/task.py`` and ``configs/tasks/os.yaml``); the
+prompt test reads them from there when the mirror is present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agentrl.actors._episode import sample_error_trajectory
+from agentrl.actors._learner import _untrained
+from agentrl.environments import SampleError, make_task
+from agentrl.environments._check import check
+from agentrl.environments._os_tools import QUESTION, SYSTEM_PROMPT, TOOLS
+from agentrl.environments._osdata import ItemError, load_items, scripts_root
+from agentrl.messages import ChatMessage, EpisodeRequest, ToolCall
+
+MIRROR = Path("/work/.mirror/THUDM+AgentBench/repo")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None or os.geteuid() != 0,
+    reason="os sessions here use the bwrap sandbox: needs bubblewrap and root",
+)
+
+
+def _agentbench(path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(MIRROR), "show", f"HEAD:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def _say(name: str, arguments: dict) -> ChatMessage:
+    return ChatMessage("assistant", "", [ToolCall("c0", name, json.dumps(arguments))])
+
+
+def _data(tmp_path: Path, *items: dict) -> str:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(list(items)))
+    return str(path)
+
+
+@pytest.mark.skipif(not MIRROR.exists(), reason=f"no AgentBench mirror at {MIRROR}")
+def test_prompt_and_tools_are_agentbench_s():
+    """task.py lines 516-532 (system message, question), os.yaml lines 6-47 (tools)."""
+    task = _agentbench("src/server/tasks/os_interaction/task.py")
+    system = re.search(r'system_message = """(.*?)"""', task, re.DOTALL).group(1)
+    assert system == SYSTEM_PROMPT
+    question = re.search(r"content=f'(Now, I will start a new problem.*?)'\n", task).group(1)
+    assert question.encode().decode("unicode_escape") == QUESTION
+    yaml = _agentbench("configs/tasks/os.yaml")
+    names = re.findall(r'name: "(\w+_action)"', yaml)
+    assert [t["function"]["name"] for t in TOOLS] == names  # bash, finish, answer
+    for tool in TOOLS:
+        assert f'description: "{tool["function"]["description"]}"' in yaml
+        for arg, spec in tool["function"]["parameters"]["properties"].items():
+            assert f'{arg}:\n                type: "string"' in yaml
+            assert f'description: "{spec["description"]}"' in yaml
+    finish = next(t for t in TOOLS if t["function"]["name"] == "finish_action")
+    assert finish["function"]["parameters"]["required"] == ["thought"]
+
+
+@needs_bwrap
+def test_the_question_opens_the_session(tmp_path):
+    item = {"description": "What is 1?", "evaluation": {"match": "1"}}
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    start = env.start(0)
+    env.cancel(start.session)
+    # task.py line 532: the description after AgentBench's opening words
+    assert start.messages[1].content == (
+        "Now, I will start a new problem in a new OS. My problem is:\n\nWhat is 1?"
+    )
+
+
+@needs_bwrap
+def test_the_start_script_runs_in_the_agent_s_shell(tmp_path):
+    """task.py line 496: ``start`` goes through ``container.execute``, the agent's shell."""
+    item = {
+        "description": "where",
+        "start": "mkdir -p /home/u && cd /home/u && var=3.14 && export E=x && f() { echo f$1; }",
+        "evaluation": {"match": "x"},
+    }
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    start = env.start(0)
+    step = env.interact(start.session, _say("bash_action", {"script": "pwd; echo $var $E; f 1"}))
+    assert step.messages[0].content == "The output of the OS:\n\n/home/u\n3.14 x\nf1\n"
+    step = env.interact(start.session, _say("bash_action", {"script": "cd /tmp; v2=7"}))
+    step = env.interact(start.session, _say("bash_action", {"script": "pwd; echo $var $v2"}))
+    assert step.messages[0].content == "The output of the OS:\n\n/tmp\n3.14 7\n"
+    env.cancel(start.session)
+
+
+@needs_bwrap
+def test_finish_passes_its_thought_to_the_check(tmp_path):
+    """task.py lines 351-353: finish's first argument is the answer; 719: ``str(answer)``."""
+    item = {"description": "d", "evaluation": {"check": [{"code": 'echo "$1" > /tmp/got'}]}}
+    said = {"description": "s", "evaluation": {"check": [{"code": '[ "$1" = "all done" ]'}]}}
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item, said))
+
+    def ends(index: int, arguments: dict) -> float:
+        return env.interact(env.start(index).session, _say("finish_action", arguments)).reward
+
+    assert ends(1, {"thought": "all done"}) == 1.0
+    assert ends(1, {"thought": "something else"}) == 0.0
+    assert ends(1, {"reason": "all done"}) == 1.0  # the first argument, whatever its name
+    assert ends(1, {}) == 0.0  # the answer is "None"
+    start = env.start(0)
+    step = env.interact(start.session, _say("finish_action", {"thought": 42}))
+    assert step.reward == 1.0  # a check that exits 0 passes whatever it got
+
+
+@needs_bwrap
+def test_a_failing_init_script_is_a_sample_error_and_leaves_nothing(tmp_path):
+    """task.py lines 484-490: an init script that exits non-zero ends the sample, status unknown."""
+    bad = {
+        "description": "bad",
+        "create": {"init": "echo oops; exit 3"},
+        "evaluation": {"match": "x"},
+    }
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, bad))
+    before = set(Path(tempfile.gettempdir()).glob("agentrl-os-0-*"))
+    with pytest.raises(ItemError, match=r"item 0: init script 0 failed \(exit 3\): oops") as info:
+        env.start(0)
+    assert isinstance(info.value, SampleError)
+    assert set(Path(tempfile.gettempdir()).glob("agentrl-os-0-*")) == before
+    report = check("os", env, "oracle")  # the check counts it as the task's error
+    assert report.successes == 0
+
+
+def test_a_sample_error_episode_is_task_error_and_not_trained():
+    req = EpisodeRequest(
+        episode_id="e", group_id="g", task="os", index=3, sample_idx=0, group_size=4,
+        issued_version=0,
+    )  # fmt: skip
+    traj = sample_error_trajectory(req, -0.2)
+    assert traj.status == "task_error" and traj.token_ids == [] and traj.num_turns == 0
+    assert _untrained(traj) and traj.metrics == {"sample_error": 1.0}
+
+
+@needs_bwrap
+def test_init_scripts_may_write_usr_under_bwrap(tmp_path):
+    """Dev item 25's init writes /usr/stock.log, as AgentBench's containers let it."""
+    item = {
+        "description": "how many lines",
+        "create": {"init": "printf 'a\\nb\\n' > /usr/stock.log"},
+        "evaluation": {"match": "2"},
+    }
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    start = env.start(0)
+    step = env.interact(start.session, _say("bash_action", {"script": "wc -l < /usr/stock.log"}))
+    assert step.messages[0].content == "The output of the OS:\n\n2\n"
+    env.cancel(start.session)
+    assert not Path("/usr/stock.log").exists()
+
+
+def test_scripts_are_found_in_agentbench_s_layout(tmp_path):
+    """os.yaml lines 70-90: ``data/<N>/*.json`` pairs with ``scripts/<N>/``."""
+    item = {"description": "d", "evaluation": {"check": [{"file": "check/1.sh"}]}}
+    for data, scripts in (("data/1/stock.json", "scripts/1"), ("data/dev.json", "scripts/dev")):
+        path = tmp_path / data
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([item]))
+        (tmp_path / scripts / "check").mkdir(parents=True)
+        (tmp_path / scripts / "check" / "1.sh").write_text(f"echo {scripts}")
+        assert scripts_root(path) == tmp_path / scripts
+        assert load_items(path)[0].check[0].code == f"echo {scripts}"
+    alone = tmp_path / "other" / "items.json"
+    alone.parent.mkdir()
+    assert scripts_root(alone) == alone.parent
+
+
+def test_the_image_is_read_from_create_local(tmp_path):
+    """task.py lines 245-248: ``create.local`` names the image (``default`` otherwise)."""
+    item = {"description": "d", "create": {"local": "packages"}, "evaluation": {"match": "x"}}
+    assert load_items(_data(tmp_path, item))[0].image == "packages"
