@@ -73,6 +73,9 @@ class TaskEntry:
     """Relative share of groups given to this task (interleaved, see `_mix`)."""
     num_instances: int
     """Size of the task's instance set; indices are drawn in a seeded shuffled order."""
+    schedule: tuple[tuple[float, float], ...] | None = None
+    """``((version, weight), ...)``: the weight as a piecewise-linear function of the
+    policy version (curriculum, see `_mix`); None = the constant `weight`."""
 
 
 class ControllerActor(pykka.ThreadingActor):
@@ -109,6 +112,7 @@ class ControllerActor(pykka.ThreadingActor):
             {n: t.weight for n, t in self._tasks.items()},
             {n: t.num_instances for n, t in self._tasks.items()},
             seed=seed,
+            schedules={n: t.schedule for n, t in self._tasks.items() if t.schedule is not None},
         )
         # Resuming at version v: the episodes of batches 1..v were issued and trained.
         self._issued = initial.version * episodes_per_batch
@@ -348,7 +352,7 @@ class ControllerActor(pykka.ThreadingActor):
         wait_all(futures)
 
     def _issue_group(self) -> list:
-        task, index = self._mixer.next()
+        task, index = self._mixer.next(self._latest.version)
         group_id = uuid.uuid4().hex[:12]
         self._groups += 1
         futures = []

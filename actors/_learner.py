@@ -6,21 +6,31 @@ mid-step leaves every trajectory of that step to be redelivered; on restart it
 resumes from the last checkpoint (the supervisor passes it in).
 
 Groups: a group is complete when all `group_size` members have arrived. Members
-lost to infrastructure (`metrics.infra_failure`) are left out; a group with
-fewer than 2 trainable members is dropped and counted, as is a group older than
-the hard staleness bound (v - issued_version > hard). Dropped groups are acked
-with the next checkpoint and reported to the controller, which issues
-replacements (see the controller's admission rule).
+lost to infrastructure (`metrics.infra_failure`) or whose instance the task could
+not set up (`metrics.sample_error`) are left out. A group is
+dropped whole, complete or not, when
+
+- it is older than the hard staleness bound (v - issued_version > hard): `stale`;
+- it has been incomplete for longer than `group_timeout` seconds since its first
+  member arrived (a member lost for good must not hold the rest forever): `timeout`;
+- it is complete with fewer than 2 trainable members: `too_few_members`.
+
+A dropped group's buffered trajectories are acked at once (they must not hold
+the prefetch window), members that arrive later are acked on arrival, and the
+whole group (`group_size` episodes, arrived or not) is added to
+`learner/dropped_episodes_total`, which the controller adds to its admission
+budget: it issues replacements for the whole group. Drops are counted by reason
+(`learner/groups_dropped_total/<reason>`) and logged. Incomplete groups are
+checked on every arrival and every `sweep_interval` seconds.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import socket
 import threading
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +51,7 @@ from agentrl.messages import (
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._heartbeat import HeartbeatSender
+from ._journal import TRAINED_JOURNAL, journal_groups, trained_groups
 from ._metrics import batch_metrics
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
@@ -49,10 +60,22 @@ log = structlog.get_logger(__name__)
 __all__ = ["LearnerActor"]
 
 
+DROP_REASONS = ("stale", "timeout", "too_few_members")
+"""Why a group is dropped (`learner/groups_dropped_total/<reason>`, module doc)."""
+
+_REMEMBERED_DROPS = 10_000
+"""Dropped group ids remembered so that their late members are acked on arrival."""
+
+
+def _untrained(t: Trajectory) -> bool:
+    """True for a member with nothing to learn from: lost to infra or never set up."""
+    return bool(t.metrics.get("infra_failure") or t.metrics.get("sample_error"))
+
+
 @dataclass
 class _Group:
+    first_seen: float
     members: dict[str, tuple[Trajectory, Delivery]] = field(default_factory=dict)
-    first_seen: float = field(default_factory=time.monotonic)
 
     def trajectories(self) -> list[Trajectory]:
         return [t for t, _ in self.members.values()]
@@ -84,6 +107,11 @@ class LearnerActor(pykka.ThreadingActor):
         keep_checkpoints: int = 0,
         node: str | None = None,
         heartbeat_interval: float = 10.0,
+        group_timeout: float = 600.0,
+        sweep_interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        task_normalize: bool = True,
+        max_token_lag: int | None = None,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
@@ -98,6 +126,8 @@ class LearnerActor(pykka.ThreadingActor):
         self._hard = hard_staleness
         self._prefetch = prefetch
         self._pad_id = pad_id
+        self._task_normalize = task_normalize  # build_batch's (learner.task_normalize)
+        self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
         self._max_steps = max_steps
         self._on_metrics = on_metrics
         self._on_batch = on_batch
@@ -108,13 +138,19 @@ class LearnerActor(pykka.ThreadingActor):
         self._to_ack: list[Delivery] = []
         self._dropped_episodes = 0
         self._dropped_groups = 0
+        self._drops_by_reason: Counter[str] = Counter()
+        self._dropped_ids: OrderedDict[str, None] = OrderedDict()
+        self._group_timeout = group_timeout
+        self._sweep_every = sweep_interval
+        self._sweeper_stop = threading.Event()
+        self._clock = clock
         self._steps = 0
         self._idle_since = time.monotonic()
         self._last_step_end = time.monotonic()
         self._backend = None
         self._transport = None
         self._journal = self._ckpt_dir / TRAINED_JOURNAL
-        self._trained = _trained_groups(self._journal, start_version)
+        self._trained = trained_groups(self._journal, start_version)
         self._replays_skipped = 0
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
@@ -139,14 +175,16 @@ class LearnerActor(pykka.ThreadingActor):
             state=lambda: {
                 "version": float(self._version),
                 "steps": float(self._steps),
-                "buffered_groups": float(len(self._groups)),
+                "buffered_groups": float(self.buffered()),
                 "dropped_episodes": float(self._dropped_episodes),
             },
         )
         self._heartbeat.start()
+        threading.Thread(target=self._tick, name="learner-sweep", daemon=True).start()
         self._log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
 
     def on_stop(self) -> None:
+        self._sweeper_stop.set()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._transport is not None:
@@ -158,14 +196,26 @@ class LearnerActor(pykka.ThreadingActor):
     def version(self) -> int:
         return self._version
 
+    def buffered(self) -> int:
+        """Groups waiting in the buffer (incomplete, or complete but not yet trained)."""
+        return len(self._groups)
+
     def on_receive(self, message):
         kind, delivery = message
+        if kind == "sweep":
+            self.sweep()
+            return
         if kind != "trajectory":
             raise ValueError(f"learner: unknown message {kind!r}")
         msg = decode_or_dead_letter(delivery, Trajectory)
         if msg is None:
             return
         traj = msg.payload
+        if traj.group_id in self._dropped_ids:
+            # A late member of a dropped group: already counted (the whole group was).
+            self._log.info("late member of a dropped group acked", group=traj.group_id)
+            delivery.ack()
+            return
         if traj.group_id in self._trained:
             # Trained into the version this learner resumed from, but the learner died
             # before acking it: the checkpoint holds it already, training it again would
@@ -184,8 +234,33 @@ class LearnerActor(pykka.ThreadingActor):
                 self._to_ack.append(delivery)
             return
         self._seen.add(traj.episode_id)
-        self._groups.setdefault(traj.group_id, _Group()).members[traj.episode_id] = (traj, delivery)
+        group = self._groups.setdefault(traj.group_id, _Group(self._clock()))
+        group.members[traj.episode_id] = (traj, delivery)
+        self.sweep()
         self._maybe_train()
+
+    def sweep(self) -> int:
+        """Drop every buffered group that is stale or incomplete for too long; how many."""
+        now, dropped = self._clock(), 0
+        for gid, group in list(self._groups.items()):
+            if self._version - group.oldest() > self._hard:
+                self._drop(gid, group, "stale")
+            elif (
+                len(group.members) < self._group_size
+                and now - group.first_seen > self._group_timeout
+            ):
+                self._drop(gid, group, "timeout")
+            else:
+                continue
+            dropped += 1
+        return dropped
+
+    def _tick(self) -> None:
+        while not self._sweeper_stop.wait(self._sweep_every):
+            try:
+                self.actor_ref.tell(("sweep", None))
+            except pykka.ActorDeadError:
+                return
 
     # --- batching ------------------------------------------------------------------
 
@@ -200,10 +275,10 @@ class LearnerActor(pykka.ThreadingActor):
             used: list[Delivery] = []
             chosen = 0
             for gid, group in self._complete_groups():
-                members = [t for t in group.trajectories() if not t.metrics.get("infra_failure")]
+                members = [t for t in group.trajectories() if not _untrained(t)]
                 stale = self._version - group.oldest() > self._hard
                 if stale or len(members) < 2:
-                    self._drop(gid, group, "stale" if stale else "too few members")
+                    self._drop(gid, group, "stale" if stale else "too_few_members")
                     continue
                 if chosen == self._groups_per_batch:
                     break
@@ -217,23 +292,59 @@ class LearnerActor(pykka.ThreadingActor):
             self._train(batch, used)
 
     def _drop(self, gid: str, group: _Group, reason: str) -> None:
+        """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""
         self._groups.pop(gid)
+        self._dropped_ids[gid] = None
+        if len(self._dropped_ids) > _REMEMBERED_DROPS:
+            self._dropped_ids.popitem(last=False)
         self._dropped_groups += 1
-        self._dropped_episodes += len(group.members)
-        self._to_ack.extend(d for _, d in group.members.values())
-        self._log.warning("group dropped", group=gid, reason=reason, members=len(group.members))
-        self._report({"learner/dropped_episodes_total": float(self._dropped_episodes)})
+        self._drops_by_reason[reason] += 1
+        self._dropped_episodes += self._group_size
+        for episode, (_, delivery) in group.members.items():
+            self._seen.discard(episode)
+            delivery.ack()
+        self._log.warning(
+            "group dropped",
+            group=gid,
+            reason=reason,
+            members=len(group.members),
+            of=self._group_size,
+            oldest_version=group.oldest(),
+            version=self._version,
+            age=round(self._clock() - group.first_seen, 1),
+        )
+        self._report(self._drop_metrics())
+
+    def _drop_metrics(self) -> dict[str, float]:
+        return {
+            "learner/dropped_episodes_total": float(self._dropped_episodes),
+            "learner/dropped_groups_total": float(self._dropped_groups),
+            **{
+                f"learner/groups_dropped_total/{r}": float(self._drops_by_reason[r])
+                for r in DROP_REASONS
+            },
+        }
 
     def _train(self, batch: list[Trajectory], used: list[Delivery]) -> None:
         start = time.monotonic()
         idle = start - self._last_step_end
-        stats = self._backend.step(build_batch(batch, pad_id=self._pad_id))
+        train = build_batch(
+            batch,
+            pad_id=self._pad_id,
+            task_normalize=self._task_normalize,
+            version=self._version,
+            max_token_lag=self._max_token_lag,
+        )
+        stats = {
+            **self._backend.step(train),
+            "staleness/masked_old_tokens": float(train.masked_old_tokens),
+        }
         trained = time.monotonic()
         version = self._version + 1
         path = self._ckpt_dir / f"v{version:06d}"
         # Journal first: if the learner dies after the checkpoint is complete but before
         # the acks, a learner resumed from it skips these groups' redeliveries.
-        _journal_groups(self._journal, version, {t.group_id for t in batch})
+        journal_groups(self._journal, version, {t.group_id for t in batch})
         digest = self._backend.save(path)
         saved = time.monotonic()
         ready = CheckpointReady(
@@ -255,7 +366,7 @@ class LearnerActor(pykka.ThreadingActor):
             "learner/save_time": saved - trained,
             "learner/idle_time": idle,
             "learner/idle_ratio": idle / max(end - self._last_step_end, 1e-9),
-            "learner/dropped_groups_total": float(self._dropped_groups),
+            **self._drop_metrics(),
             "learner/replays_skipped_total": float(self._replays_skipped),
             **stats,
             **batch_metrics(batch, version, wall=end - self._last_step_end),
@@ -287,36 +398,3 @@ class LearnerActor(pykka.ThreadingActor):
         versions = sorted(p for p in self._ckpt_dir.glob("v[0-9]*") if p.is_dir())
         for old in versions[: -self._keep]:
             shutil.rmtree(old)
-
-
-TRAINED_JOURNAL = "trained.jsonl"
-"""In the checkpoint directory: one JSON line per update, the groups it trained."""
-
-
-def _journal_groups(path: Path, version: int, groups: set[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps({"version": version, "groups": sorted(groups)}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _trained_groups(path: Path, version: int) -> set[str]:
-    """Groups trained into checkpoint ``version`` (the one a resumed learner starts from).
-
-    Only that version's groups can still be unacked on the queue: every earlier
-    batch was acked before the next update began. Entries for later versions are
-    from updates whose checkpoint did not survive; their groups are trained again.
-    """
-    if version == 0 or not path.exists():
-        return set()
-    groups: set[str] = set()
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            log.warning("unreadable line in the trained journal", path=str(path), line=number)
-            continue  # a line cut by a crash mid-write: its update never completed
-        if entry.get("version") == version:
-            groups.update(entry.get("groups", []))
-    return groups

@@ -37,6 +37,7 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
         "rollout/reward": fmean(t.reward for t in batch),
         "rollout/success": fmean(is_success(t) for t in batch),
         "rollout/turns": fmean(t.num_turns for t in batch),
+        "rollout/malformed_turns": fmean(t.metrics.get("malformed_turns", 0.0) for t in batch),
         "rollout/tokens": fmean(len(t.token_ids) for t in batch),
         "rollout/assistant_tokens": fmean(sum(t.loss_mask) for t in batch),
         "rollout/episode_time": fmean(t.timings.get("episode", 0.0) for t in batch),
@@ -50,6 +51,9 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
         out[f"env/{task}/reward"] = fmean(t.reward for t in ts)
         out[f"env/{task}/success"] = fmean(is_success(t) for t in ts)
         out[f"env/{task}/episodes"] = float(len(ts))
+        out[f"env/{task}/malformed_turns"] = fmean(
+            t.metrics.get("malformed_turns", 0.0) for t in ts
+        )
         for status, n in Counter(t.status for t in ts).items():
             out[f"env/{task}/status/{status}"] = n / len(ts)
         # what the task itself reported on its finishing step (``env/<name>``), averaged

@@ -1,24 +1,20 @@
 """The rollout actor: runs many multi-turn episodes at once and publishes trajectories.
 
-One episode, turn by turn (DESIGN "Episodes"):
-
-1. the environment starts a session: first messages + tools; the chat format
-   renders them to prompt ids;
-2. a sampler pool is picked at random by the cross-policy weights and sent a
-   GenerateRequest with the whole context so far; the reply carries the sampled
-   ids, their logprobs and the policy version that produced them;
-3. the sampled ids are appended *as sampled* (loss mask 1, with their logprobs
-   and version); the decoded text is parsed for tool calls: a malformed call
-   ends the episode as `agent_validation_failed`, never as a crash;
-4. the environment answers; its messages are rendered by diffing the templated
-   conversation and appended with loss mask 0; repeat until it finishes or a
-   limit is hit.
+Each delivered `EpisodeRequest` runs on a worker thread: the environment starts
+a session, `play_episode` (`_episode`) drives it turn by turn, a sampler pool
+picked at random by the cross-policy weights answers each turn.
 
 The episode request is acked only after the trajectory is confirmed by the
 broker. A sampler that does not answer in time is an *infra* failure: the
 request is re-issued (attempt + 1) up to `max_attempts`, after which a
 trajectory with status `task_error` and `infra_failure = 1` is published so the
-learner can complete the group with the surviving members.
+learner can complete the group with the surviving members. An instance the task
+cannot set up (`SampleError`, e.g. its init script fails) is not retried: a
+`task_error` trajectory with `sample_error = 1` is published, left out alike.
+
+Counters (`stats()`, sent with each heartbeat): episodes started and finished,
+infra retries, assistant turns, turns whose tool call was malformed
+(`malformed_turns`) and sessions lost on environment workers.
 """
 
 from __future__ import annotations
@@ -30,19 +26,12 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pykka
 import structlog
 
-from agentrl.environments import (
-    ChatFormat,
-    Environment,
-    InfraError,
-    MalformedToolCall,
-    Status,
-    parse_assistant,
-)
+from agentrl.environments import ChatFormat, Environment, InfraError, SampleError
 from agentrl.environments._worker import RemoteEnvironment
 from agentrl.messages import (
     Delivery,
@@ -56,8 +45,14 @@ from agentrl.messages import (
     decode,
     encode,
 )
-from agentrl.trainer import episode_reward
 
+from ._episode import (
+    EpisodeLimits,
+    InfraFailure,
+    infra_trajectory,
+    play_episode,
+    sample_error_trajectory,
+)
 from ._heartbeat import HeartbeatSender
 from ._session_report import RolloutSessions
 from ._wire import TopologySpec, declare, decode_or_dead_letter
@@ -65,30 +60,6 @@ from ._wire import TopologySpec, declare, decode_or_dead_letter
 log = structlog.get_logger(__name__)
 
 __all__ = ["EpisodeLimits", "RolloutActor"]
-
-
-@dataclass(frozen=True)
-class EpisodeLimits:
-    """Per-episode limits and sampling parameters."""
-
-    max_turns: int = 4
-    """Assistant turns before `task_limit_reached`."""
-    max_tokens: int = 1024
-    """Context tokens before `agent_context_limit`."""
-    max_new_tokens: int = 128
-    """Most tokens sampled per turn."""
-    temperature: float = 0.8
-    top_p: float = 1.0
-    penalty: float = -0.2
-    """Reward of an episode that does not end `completed`."""
-    generate_timeout: float = 600.0
-    """Seconds to wait for a sampler before the turn counts as an infra failure."""
-    max_attempts: int = 3
-    """Infra failures tolerated per episode before it is given up as `task_error`."""
-
-
-class _InfraFailure(Exception):
-    """Raised when something outside the model broke the episode (no sampler answered)."""
 
 
 class RolloutActor(pykka.ThreadingActor):
@@ -132,7 +103,9 @@ class RolloutActor(pykka.ThreadingActor):
         self._consumer = None
         self._stopping = threading.Event()
         self._counts_lock = threading.Lock()
-        self._counts = {"started": 0, "finished": 0, "infra_retries": 0, "turns": 0}
+        self._counts = dict.fromkeys(
+            ("started", "finished", "infra_retries", "turns", "malformed_turns"), 0
+        )
         self._running = 0
         self._busy_area = 0.0
         self._busy_mark = self._idle_mark = time.monotonic()
@@ -257,7 +230,9 @@ class RolloutActor(pykka.ThreadingActor):
         self._bump("started")
         try:
             traj = self.run_episode(req)
-        except (_InfraFailure, InfraError) as exc:
+        except TransportError:
+            raise
+        except (InfraFailure, InfraError) as exc:
             self._bump("infra_retries")
             if req.attempt + 1 < self._limits.max_attempts:
                 self._log.warning(
@@ -273,7 +248,19 @@ class RolloutActor(pykka.ThreadingActor):
             self._log.error(
                 "infra failure; episode given up", episode=req.episode_id, error=str(exc)
             )
-            traj = _infra_trajectory(req, self._limits.penalty)
+            traj = infra_trajectory(req, self._limits.penalty)
+        except SampleError as exc:  # the task cannot set this instance up: not retried
+            self._log.warning(
+                "instance cannot be set up; episode ends task_error",
+                episode=req.episode_id,
+                task=req.task,
+                index=req.index,
+                error=str(exc),
+            )
+            traj = sample_error_trajectory(req, self._limits.penalty)
+        except Exception as exc:  # a bug: _guarded stops the actor; say where it happened
+            exc.add_note(f"episode {req.episode_id}, task {req.task!r}, index {req.index}")
+            raise
         self._publish("", self._names.trajectories, traj)
         delivery.ack()
         self._bump("finished")
@@ -288,85 +275,21 @@ class RolloutActor(pykka.ThreadingActor):
     # --- one episode -----------------------------------------------------------------
 
     def run_episode(self, req: EpisodeRequest) -> Trajectory:
-        """Drive one episode to its end and build its trajectory."""
-        env, lim, fmt = self._envs[req.task], self._limits, self._fmt
-        t0 = time.monotonic()
+        """Start the episode's session, drive it to its end (`play_episode`), count it."""
+        env = self._envs[req.task]
         if isinstance(env, RemoteEnvironment):  # its session is reported with the episode id
             start = env.start(req.index, episode=req.episode_id)
         else:
             start = env.start(req.index)
-        history = list(start.messages)
-        ids = list(fmt.prompt_ids(history, env.tools))
-        mask, logps, versions, pools = [0] * len(ids), [0.0] * len(ids), [-1] * len(ids), []
-        status, env_reward, metrics, gen_time, finished = (
-            Status.TASK_LIMIT_REACHED,
-            0.0,
-            {},
-            0.0,
-            False,
-        )
-        try:
-            for _turn in range(lim.max_turns):
-                budget = lim.max_tokens - len(ids)
-                if budget <= 0:
-                    status = Status.AGENT_CONTEXT_LIMIT
-                    break
-                pool = self._pick_pool()
-                g0 = time.monotonic()
-                result = self._generate(req, pool, ids, min(lim.max_new_tokens, budget))
-                gen_time += time.monotonic() - g0
-                pools.append(pool)
-                ids += result.token_ids
-                mask += [1] * len(result.token_ids)
-                logps += result.logprobs
-                versions += [result.version] * len(result.token_ids)
-                text = fmt.decode_assistant(result.token_ids)
-                try:
-                    message = parse_assistant(text)
-                except MalformedToolCall as exc:
-                    status, metrics = Status.AGENT_VALIDATION_FAILED, {"malformed": 1.0}
-                    self._log.debug(
-                        "malformed tool call",
-                        episode=req.episode_id,
-                        task=req.task,
-                        version=result.version,
-                        reason=str(exc),
-                    )
-                    break
-                if result.finish_reason == "length" and len(ids) >= lim.max_tokens:
-                    status = Status.AGENT_CONTEXT_LIMIT
-                    break
-                history.append(message)
-                step = env.interact(start.session, message)
-                metrics = dict(step.metrics)
-                if step.finish:
-                    status, env_reward, finished = Status(step.status), step.reward, True
-                    break
-                closing = fmt.closing_ids(result.token_ids)
-                obs = closing + fmt.observation_ids(history, step.messages, env.tools)
-                history.extend(step.messages)
-                ids += obs
-                mask += [0] * len(obs)
-                logps += [0.0] * len(obs)
-                versions += [-1] * len(obs)
-        finally:
-            if not finished:
-                env.cancel(start.session)
-        self._bump("turns", len(pools))
-        return _trajectory(
-            req,
-            token_ids=ids,
-            loss_mask=mask,
-            logprobs=logps,
-            versions=versions,
-            pools=pools,
-            reward=episode_reward(env_reward, str(status.value), lim.penalty),
-            env_reward=float(env_reward),
-            status=str(status.value),
-            num_turns=len(pools),
-            timings={"episode": time.monotonic() - t0, "generate": gen_time},
-            metrics={k: float(v) for k, v in metrics.items()},
-        )
+
+        def sample(ids: list[int], max_new: int) -> tuple[str, GenerateResult]:
+            pool = self._pick_pool()
+            return pool, self._generate(req, pool, ids, max_new)
+
+        traj = play_episode(req, env, start, self._fmt, self._limits, sample)
+        self._bump("turns", traj.num_turns)
+        self._bump("malformed_turns", int(traj.metrics["malformed_turns"]))
+        return traj
 
     def _pick_pool(self) -> str:
         with self._rng_lock:
@@ -389,40 +312,8 @@ class RolloutActor(pykka.ThreadingActor):
                 self._names.generate, pool, body, timeout=lim.generate_timeout
             ).result(timeout=lim.generate_timeout + 5)
         except TimeoutError as exc:
-            raise _InfraFailure(f"no sampler of pool {pool!r} answered in time") from exc
+            raise InfraFailure(f"no sampler of pool {pool!r} answered in time") from exc
         result = decode(reply.body, expect=GenerateResult).payload
         if result.request_id != request.request_id:
-            raise _InfraFailure(f"reply for {result.request_id}, expected {request.request_id}")
+            raise InfraFailure(f"reply for {result.request_id}, expected {request.request_id}")
         return result
-
-
-def _trajectory(req: EpisodeRequest, **outcome) -> Trajectory:
-    """A Trajectory carrying the request's identity fields plus the episode's outcome."""
-    return Trajectory(
-        episode_id=req.episode_id,
-        group_id=req.group_id,
-        task=req.task,
-        index=req.index,
-        sample_idx=req.sample_idx,
-        group_size=req.group_size,
-        issued_version=req.issued_version,
-        **outcome,
-    )
-
-
-def _infra_trajectory(req: EpisodeRequest, penalty: float) -> Trajectory:
-    """The record of an episode lost to infrastructure: no tokens, left out of its group."""
-    return _trajectory(
-        req,
-        token_ids=[],
-        loss_mask=[],
-        logprobs=[],
-        versions=[],
-        pools=[],
-        reward=penalty,
-        env_reward=0.0,
-        status=Status.TASK_ERROR.value,
-        num_turns=0,
-        timings={},
-        metrics={"infra_failure": 1.0},
-    )

@@ -215,7 +215,8 @@ def publish_episodes(client, spec, n, task="calculator"):
     [
         ("oracle", "completed", 1.0, 2),  # calculate, then answer
         ("wrong", "completed", 0.0, 2),
-        ("malformed", "agent_validation_failed", -0.2, 1),  # DESIGN: penalty -0.2
+        # the malformed text goes to the calculator, which ends a turn without a call
+        ("malformed", "agent_invalid_action", -0.2, 1),  # DESIGN: penalty -0.2
     ],
 )
 def test_rollout_runs_episodes_end_to_end(
@@ -234,6 +235,13 @@ def test_rollout_runs_episodes_end_to_end(
         assert all(v == 3 for v, m in zip(t.versions, t.loss_mask, strict=True) if m)
         assert all(lp == -1.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
         assert t.loss_mask[0] == 0  # the prompt is not trained on
+        assert t.metrics["malformed_turns"] == (1.0 if mode == "malformed" else 0.0)
+    (rollout,) = pykka.ActorRegistry.get_by_class(RolloutActor)
+    stats = rollout.proxy().stats().get()
+    assert (stats["turns"], stats["malformed_turns"]) == (
+        3 * turns,
+        3 if mode == "malformed" else 0,
+    )
 
 
 def test_cross_policy_turns_record_the_pool_and_version_that_sampled_them(

@@ -73,3 +73,14 @@ def test_per_task_statuses_and_the_tasks_own_metrics():
     assert m["env/db/sql_errors"] == 1.0  # (2 + 0) / 2: the episode without it is left out
     assert m["env/kg/f1"] == 0.5 and "env/kg/infra" not in m
     assert "env/db/f1" not in m
+
+
+def test_malformed_turns_are_averaged_per_batch_and_per_task():
+    batch = [
+        two_turns(["current"] * 2, [5, 5], task="a", metrics={"malformed_turns": 2.0}),
+        two_turns(["current"] * 2, [5, 5], task="a", metrics={"malformed_turns": 0.0}),
+        two_turns(["current"] * 2, [5, 5], task="b"),  # a record without the metric: 0
+    ]
+    m = batch_metrics(batch, version=6, wall=1.0)
+    assert m["rollout/malformed_turns"] == pytest.approx(2 / 3)  # (2 + 0 + 0) / 3
+    assert m["env/a/malformed_turns"] == 1.0 and m["env/b/malformed_turns"] == 0.0

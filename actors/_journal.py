@@ -1,0 +1,53 @@
+"""The trained-groups journal: which GRPO groups each update trained.
+
+The learner appends one fsynced JSON line per update to
+``checkpoints/trained.jsonl`` before it saves the checkpoint, and a learner
+resumed from checkpoint N skips the redeliveries of N's groups (their acks may
+have been lost when the previous learner died between the checkpoint and the
+acks), so no trajectory is trained twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["TRAINED_JOURNAL", "journal_groups", "trained_groups"]
+
+TRAINED_JOURNAL = "trained.jsonl"
+"""In the checkpoint directory: one JSON line per update, the groups it trained."""
+
+
+def journal_groups(path: Path, version: int, groups: set[str]) -> None:
+    """Append the groups trained into ``version``, fsynced before returning."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps({"version": version, "groups": sorted(groups)}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def trained_groups(path: Path, version: int) -> set[str]:
+    """Groups trained into checkpoint ``version`` (the one a resumed learner starts from).
+
+    Only that version's groups can still be unacked on the queue: every earlier
+    batch was acked before the next update began. Entries for later versions are
+    from updates whose checkpoint did not survive; their groups are trained again.
+    """
+    if version == 0 or not path.exists():
+        return set()
+    groups: set[str] = set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("unreadable line in the trained journal", path=str(path), line=number)
+            continue  # a line cut by a crash mid-write: its update never completed
+        if entry.get("version") == version:
+            groups.update(entry.get("groups", []))
+    return groups
