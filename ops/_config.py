@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ._typed import build_dataclass
 
 __all__ = [
     "ConfigError",
@@ -60,6 +60,18 @@ class TaskConfig:
     docs/containers.md) instead of inside the `env` role's process."""
     image: str | None = None
     """Image of the worker containers; None = agentrl/env-worker."""
+    task: str | None = None
+    """The registered task this entry builds; None = the entry's key. Lets one run hold the
+    same task twice with different options (`db0: {task: db, options: {levels: [0]}}` beside
+    `db`), each entry with its own weight and `env/<entry>/` metrics."""
+    schedule: list[list[float]] | None = None
+    """`[[version, weight], ...]` with increasing versions: the entry's weight as a
+    piecewise-linear function of the learner version, constant beyond the first and last
+    points; None = the constant `weight`. A weight of 0 pauses the entry."""
+
+    def factory(self, key: str) -> str:
+        """The registered task name this entry, under ``key``, builds."""
+        return self.task or key
 
 
 @dataclass(frozen=True)
@@ -92,8 +104,10 @@ class RolloutConfig:
     """Episodes one rollout actor runs at once (its prefetch on the episodes queue)."""
     workers: int = 1
     """Rollout actors on this node."""
-    max_turns: int = 4
-    """Assistant turns per episode before task_limit_reached."""
+    max_turns: int | None = None
+    """Optional safety cap on assistant turns per episode (task_limit_reached when hit);
+    None = no cap: each task ends its episodes at its own limit (`tasks.<name>.options.
+    max_turns`)."""
     max_tokens: int = 1024
     """Total context tokens per episode before agent_context_limit."""
     max_new_tokens: int = 128
@@ -114,6 +128,13 @@ class StalenessConfig:
     """eta: episodes are admitted while issued <= (v + eta + 1) * episodes-per-batch."""
     hard: int = 8
     """A group whose oldest token is older than v - hard is dropped (and counted)."""
+    max_token_lag: int | None = 4
+    """A sampled token with v - (its version) > max_token_lag is masked out of the loss (and
+    counted: `staleness/masked_old_tokens`); null = no bound. Must be >= the largest pool
+    `every` + `max` (the lag a pool's tokens normally reach), so no pool is masked wholesale."""
+    group_timeout: float = 600.0
+    """Seconds a group may stay incomplete in the learner before it is dropped whole (its
+    missing members may be lost for good); the controller replaces it."""
 
 
 @dataclass(frozen=True)
@@ -159,14 +180,25 @@ class LearnerConfig:
     processes; see `megatron`)."""
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     """Settings of the `megatron` backend."""
-    lr: float = 1e-5
+    lr: float = 2e-5
+    """AdamW learning rate (after the warmup); the calculator demo learned with 2e-5."""
+    warmup_steps: int = 0
+    """Linear warmup: update k (from 0) runs at lr * min(1, (k + 1) / warmup_steps); 0 = none.
+    Counted in AdamW updates, so it resumes with the optimizer state."""
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float = 3.0
-    kl_coef: float = 0.0
-    """k3 KL coefficient to a frozen reference; 0 disables the reference model."""
+    is_cap: float | None = 2.0
+    """C of the truncated importance weight min(pi_prox / pi_behaviour, C) that corrects
+    tokens sampled by older policies (decoupled PPO, docs/internals.md); null = untruncated."""
+    kl_coef: float = 1e-4
+    """k3 KL coefficient to a frozen reference (the run's initial model, held in memory
+    beside the policy); 0 disables the reference model."""
+    task_normalize: bool = True
+    """Task advantage normalisation over the groups with reward spread; false: the loss
+    gets the GRPO group advantages as they are (ablation)."""
     micro_batch_tokens: int = 4096
     """Tokens per forward/backward micro-batch (gradient accumulation)."""
     gradient_checkpointing: bool = False
@@ -256,7 +288,7 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
 def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
     """Validate a mapping into a RunConfig; raises ConfigError listing every problem."""
     problems: list[str] = []
-    cfg = _build(RunConfig, raw, "", problems)
+    cfg = build_dataclass(RunConfig, raw, "", problems)
     if cfg is not None:
         # Fields with a type problem fell back to their defaults, so the semantic checks
         # still see every other value: one pass reports everything.
@@ -264,71 +296,6 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
     if problems:
         raise ConfigError(problems, source)
     return cfg
-
-
-# --- generic typed parsing -------------------------------------------------------------
-
-_INVALID = object()
-"""A value with a type problem (already reported); the field keeps its default."""
-
-
-def _build(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
-    if not isinstance(raw, dict):
-        label = where.rstrip(".") or "top level"
-        problems.append(f"{label}: expected a mapping, got {type(raw).__name__}")
-        return None
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in fields:
-            known = ", ".join(sorted(fields))
-            problems.append(f"{where}{key}: unknown key (known: {known})")
-    values = {}
-    for name, f in fields.items():
-        if name not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                problems.append(f"{where}{name}: required")
-            continue
-        value = _convert(hints[name], raw[name], f"{where}{name}", problems)
-        if value is not _INVALID:
-            values[name] = value
-    try:
-        return cls(**values)
-    except TypeError:  # a required field is missing: already reported
-        return None
-
-
-def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (types.UnionType, typing.Union):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, where, problems)
-    if dataclasses.is_dataclass(tp):
-        built = _build(tp, value, f"{where}.", problems)
-        return _INVALID if built is None else built
-    if origin is dict:
-        _key_tp, val_tp = typing.get_args(tp)
-        if not isinstance(value, dict):
-            problems.append(f"{where}: expected a mapping, got {type(value).__name__}")
-            return _INVALID
-        if val_tp is Any:
-            return dict(value)
-        items = {str(k): _convert(val_tp, v, f"{where}.{k}", problems) for k, v in value.items()}
-        return {k: v for k, v in items.items() if v is not _INVALID}
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:  # YAML 1.1 reads `1e-5` as a string
-            return float(value)
-        except ValueError:
-            pass
-    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and type(value) is bool):
-        return value
-    problems.append(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
-    return _INVALID
 
 
 def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
@@ -348,8 +315,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("tasks: at least one task is required")
     known = set(task_names())
     for name, task in cfg.tasks.items():
-        if name not in known:
-            problems.append(f"tasks.{name}: unknown task (known: {', '.join(sorted(known))})")
+        if task.factory(name) not in known:
+            what = f"task {task.task!r}" if task.task else "task"
+            problems.append(f"tasks.{name}: unknown {what} (known: {', '.join(sorted(known))})")
         if task.weight <= 0:
             problems.append(f"tasks.{name}.weight: must be > 0")
         for key in ("workers", "capacity"):
@@ -361,6 +329,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
             problems.append(f"tasks.{name}.container: a container cannot reach a memory:// broker")
         if task.image is not None and not task.container:
             problems.append(f"tasks.{name}.image: only used with container: true")
+        if task.task is not None and task.container and task.task != name:
+            problems.append(f"tasks.{name}.task: a worker container serves its task's own name")
+    problems.extend(_schedule_problems(cfg.tasks))
     reg = cfg.env_registry
     if min(dataclasses.astuple(reg)) <= 0 or reg.unresponsive_after >= reg.dead_after:
         problems.append("env_registry: times must be > 0 and unresponsive_after < dead_after")
@@ -380,21 +351,36 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
             problems.append(f"pools.{name}.prefix_cache_tokens: must be >= 0 (0 = off)")
     if cfg.pools and sum(p.weight for p in cfg.pools.values()) <= 0:
         problems.append("pools: the weights must not all be 0")
-    for key in ("group_size", "groups_per_batch", "concurrency", "workers", "max_turns"):
+    for key in ("group_size", "groups_per_batch", "concurrency", "workers"):
         if getattr(r, key) < 1:
             problems.append(f"rollout.{key}: must be >= 1")
+    if r.max_turns is not None and r.max_turns < 1:
+        problems.append("rollout.max_turns: must be >= 1 (or null: no cap)")
     if r.group_size < 2:
         problems.append("rollout.group_size: GRPO needs at least 2 samples per group")
     if r.max_new_tokens < 1 or r.max_tokens <= r.max_new_tokens:
         problems.append("rollout.max_tokens: must exceed rollout.max_new_tokens (both >= 1)")
     if r.temperature <= 0:
-        problems.append("rollout.temperature: must be > 0 (the learner divides logits by it)")
+        problems.append(
+            "rollout.temperature: must be > 0 (the learner scores tokens under softmax(logits"
+            " / T); greedy T = 0 samples no distribution to train on, use it for eval only)"
+        )
     if not 0 < r.top_p <= 1:
         problems.append("rollout.top_p: must be in (0, 1]")
     if s.max < 0:
         problems.append("staleness.max: must be >= 0")
     if s.hard < s.max:
         problems.append("staleness.hard: must be >= staleness.max")
+    if s.group_timeout <= 0:
+        problems.append("staleness.group_timeout: must be > 0 seconds")
+    if s.max_token_lag is not None:
+        every = max((p.every for p in cfg.pools.values() if isinstance(p.every, int)), default=1)
+        if s.max_token_lag < every + s.max:
+            problems.append(
+                f"staleness.max_token_lag: {s.max_token_lag} is below the lag the pools' tokens "
+                f"normally reach (largest pool every + staleness.max = {every + s.max}); "
+                "raise it or set null (no bound)"
+            )
     if ln.backend not in ("torch", "megatron"):
         known = "torch, megatron"
         problems.append(f"learner.backend: {ln.backend!r} is not available (known: {known})")
@@ -405,7 +391,27 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("learner.megatron.keep_states: must be >= 0 (0 keeps all)")
     if ln.lr <= 0:
         problems.append("learner.lr: must be > 0")
+    if ln.warmup_steps < 0:
+        problems.append("learner.warmup_steps: must be >= 0 (0 = no warmup)")
+    if ln.kl_coef < 0:
+        problems.append("learner.kl_coef: must be >= 0 (0 = no reference model)")
+    if ln.is_cap is not None and ln.is_cap < 1:
+        problems.append("learner.is_cap: must be >= 1 (or null: no truncation)")
     if ln.dtype not in ("float32", "bfloat16", "float16"):
         problems.append("learner.dtype: must be float32, bfloat16 or float16")
     if ln.micro_batch_tokens < r.max_tokens:
         problems.append("learner.micro_batch_tokens: must be >= rollout.max_tokens")
+
+
+def _schedule_problems(tasks: dict[str, TaskConfig]) -> list[str]:
+    """Each schedule's problems, and a version at which no task would have weight."""
+    from agentrl.actors._mix import idle_version, schedule_problems
+
+    problems = []
+    for name, task in tasks.items():
+        if task.schedule is not None:
+            problems += [f"tasks.{name}.schedule: {p}" for p in schedule_problems(task.schedule)]
+    if problems or any(t.schedule is None for t in tasks.values()):
+        return problems  # a constant weight is > 0 (checked on its own)
+    idle = idle_version([t.schedule for t in tasks.values()])
+    return [] if idle is None else [f"tasks: every schedule gives weight 0 at version {idle:g}"]

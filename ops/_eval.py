@@ -8,8 +8,17 @@ tool-call parsing, limits and statuses.
 
 Instances: episode i of every run is instance index i of the task, so all runs
 see the same `episodes` instances and differ only by sampling randomness (at
-temperature 0 they are identical). Held-out instances come from task options
-(e.g. the calculator's `seed`), never from a different index range.
+temperature 0 they are identical). Held-out instances come from task options,
+never from a different index range: every task whose factory takes a `split`
+option is evaluated on ``split="test"`` unless its options name a split
+(`with_split`); the options used are in the report.
+
+Turn limits are the tasks' own (`max_turns` in their options); the `max_turns`
+argument is only an optional safety cap, as `rollout.max_turns` in training.
+
+When the sampler or the rollout actor stops before the last episode, the
+`EvalError` names the actor and the exception that stopped it, with the episode
+and task it was running.
 
 Numbers per task: the pass rate of each run (success as `agentrl.actors.is_success`
 defines it), their mean and sample (Bessel-corrected) std over runs (0 for one
@@ -27,9 +36,7 @@ from __future__ import annotations
 import functools
 import json
 import statistics
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -38,40 +45,25 @@ from typing import Any
 
 import structlog
 
-from agentrl.actors import (
-    EpisodeLimits,
-    RolloutActor,
-    SamplerActor,
-    SamplerEngine,
-    TopologySpec,
-    declare,
-    is_success,
-)
-from agentrl.environments import ChatFormat, EnvError, Environment, make_task
-from agentrl.messages import (
-    CheckpointQuery,
-    CheckpointReady,
-    Delivery,
-    EpisodeRequest,
-    Trajectory,
-    connect,
-    decode,
-    encode,
-)
-from agentrl.messages._memory import reset_memory_broker
-from agentrl.trainer import load_tokenizer
+from agentrl.actors import EpisodeLimits, SamplerEngine, is_success
+from agentrl.environments import EnvError, make_task
+from agentrl.messages import EpisodeRequest, Trajectory
 
+from ._eval_run import EvalError, run_episodes
 from ._supervisor import torch_engine
+from ._task_split import make_on_split
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["EvalError", "EvalReport", "TaskResult", "eval_problems", "evaluate", "format_table"]
-
-_POOL = "eval"
-
-
-class EvalError(Exception):
-    """Raised when the evaluation cannot run (bad arguments) or an actor stopped mid-way."""
+__all__ = [
+    "EvalError",
+    "EvalReport",
+    "TaskResult",
+    "eval_problems",
+    "evaluate",
+    "format_table",
+    "with_split",
+]
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,8 @@ class EvalReport:
     runs: int
     episodes: int
     temperature: float
-    max_turns: int
+    max_turns: int | None
+    """The safety cap on turns; None: only the tasks' own limits."""
     max_tokens: int
     max_new_tokens: int
     seed: int
@@ -125,7 +118,7 @@ def eval_problems(
     episodes: int,
     runs: int,
     temperature: float,
-    max_turns: int,
+    max_turns: int | None,
     max_tokens: int,
     max_new_tokens: int,
     concurrency: int = 1,
@@ -140,7 +133,7 @@ def eval_problems(
         problems.append(f"episodes: must be >= 1, got {episodes}")
     if temperature < 0:
         problems.append(f"temperature: must be >= 0, got {temperature}")
-    if max_turns < 1:
+    if max_turns is not None and max_turns < 1:
         problems.append(f"max_turns: must be >= 1, got {max_turns}")
     if max_new_tokens < 1 or max_tokens <= max_new_tokens:
         problems.append("max_tokens: must exceed max_new_tokens (both >= 1)")
@@ -159,6 +152,21 @@ def eval_problems(
     return problems
 
 
+def with_split(
+    tasks: Mapping[str, Mapping[str, Any]], split: str = "test"
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """``tasks`` with ``split`` added to the options of every task that takes a split and
+    names none; and the split each task is built on. A task whose options do not build
+    keeps them as given (`eval_problems` reports why)."""
+    options_used, splits = {}, {}
+    for name, options in tasks.items():
+        try:
+            _, options_used[name], splits[name] = make_on_split(name, options, split)
+        except (EnvError, ValueError, TypeError):
+            options_used[name], splits[name] = dict(options), "?"
+    return options_used, splits
+
+
 def evaluate(
     checkpoint: Path,
     tasks: Mapping[str, Mapping[str, Any]],
@@ -166,7 +174,7 @@ def evaluate(
     episodes: int,
     runs: int,
     temperature: float = 0.8,
-    max_turns: int = 4,
+    max_turns: int | None = None,
     max_tokens: int = 1024,
     max_new_tokens: int = 128,
     seed: int = 0,
@@ -177,12 +185,14 @@ def evaluate(
 ) -> EvalReport:
     """Run `runs` x `episodes` episodes of each task on the weights in `checkpoint`.
 
-    `tasks` maps a task name to its options (`make_task(name, **options)`).
+    `tasks` maps a task name to its options (`make_task(name, **options)`); a task
+    that takes a `split` option and names none is evaluated on `split="test"`.
     `make_engine(weights, version, max_batch)` replaces the torch engine (tests
     use a scripted one). `on_progress(done, total)` is called from this thread
     whenever more episodes have finished. Raises EvalError listing every problem
     with the arguments, or when an actor stops before the last episode.
     """
+    tasks, _ = with_split(tasks)
     problems = eval_problems(
         tasks,
         episodes=episodes,
@@ -215,7 +225,7 @@ def evaluate(
                     )
                 )
     t0 = time.monotonic()
-    trajectories = _run_episodes(
+    trajectories = run_episodes(
         checkpoint,
         {name: make_task(name, **options) for name, options in tasks.items()},
         requests,
@@ -271,95 +281,6 @@ def _task_result(
         statuses=dict(sorted(Counter(t.status for t in everything).items())),
         solved_per_instance=tuple(solved[i] for i in range(episodes)),
     )
-
-
-def _run_episodes(
-    weights: Path,
-    environments: dict[str, Environment],
-    requests: list[EpisodeRequest],
-    *,
-    limits: EpisodeLimits,
-    engine_factory: Callable[[], SamplerEngine],
-    concurrency: int,
-    seed: int,
-    on_progress: Callable[[int, int], None] | None,
-) -> list[Trajectory]:
-    """Publish `requests` to a sampler + rollout pair on a fresh broker; their trajectories."""
-    broker_name = f"eval-{uuid.uuid4().hex[:8]}"
-    broker = f"memory://{broker_name}"
-    spec = TopologySpec(run="eval", pools=(_POOL,), trajectory_capacity=len(requests))
-    transport = connect(broker, name="eval-client")
-    names = declare(transport, spec)
-    received: dict[str, Trajectory] = {}  # by episode_id: a redelivery is counted once
-    lock = threading.Lock()
-    all_in = threading.Event()
-
-    def on_trajectory(delivery: Delivery) -> None:
-        traj = decode(delivery.body, expect=Trajectory).payload
-        with lock:
-            received[traj.episode_id] = traj
-            if len(received) == len(requests):
-                all_in.set()
-        delivery.ack()
-
-    def on_query(delivery: Delivery) -> None:
-        # The sampler's start-up question to the controller: the weights it has are the latest.
-        decode(delivery.body, expect=CheckpointQuery)
-        ready = CheckpointReady(version=0, uri=str(weights), digest="", created_at=time.time())
-        transport.reply(delivery, encode(ready, run=spec.run))
-        delivery.ack()
-
-    refs = []
-    try:
-        transport.consume(names.control_rpc, on_query, prefetch=1)
-        transport.consume(names.trajectories, on_trajectory, prefetch=concurrency)
-        refs.append(
-            SamplerActor.start(
-                broker=broker,
-                topology=spec,
-                pool=_POOL,
-                every=1,
-                engine_factory=engine_factory,
-                sampler_id="eval-sampler",
-                prefetch=2 * concurrency,
-            )
-        )
-        refs.append(
-            RolloutActor.start(
-                broker=broker,
-                topology=spec,
-                environments=environments,
-                chat_format=ChatFormat(load_tokenizer(weights)),
-                pool_weights={_POOL: 1.0},
-                limits=limits,
-                concurrency=concurrency,
-                rollout_id="eval-rollout",
-                seed=seed,
-            )
-        )
-        sent = [transport.publish("", names.episodes, encode(r, run=spec.run)) for r in requests]
-        for future in sent:
-            future.result()
-        reported = -1
-        while not all_in.wait(timeout=0.5):
-            with lock:
-                done = len(received)
-            if on_progress is not None and done != reported:
-                on_progress(done, len(requests))
-                reported = done
-            if not all(ref.is_alive() for ref in refs):
-                raise EvalError(
-                    f"an actor stopped after {done} of {len(requests)} episodes (see the log)"
-                )
-        if on_progress is not None:
-            on_progress(len(requests), len(requests))
-    finally:
-        for ref in reversed(refs):  # rollout first: no new generate requests
-            if ref.is_alive():
-                ref.stop(block=True, timeout=60)
-        transport.close()
-        reset_memory_broker(broker_name)
-    return list(received.values())
 
 
 def format_table(report: EvalReport) -> str:

@@ -62,6 +62,7 @@ from agentrl.trainer import (
 from ._config import RunConfig
 from ._progress import Progress
 from ._tensorboard import EventWriter
+from ._warmstart import kl_reference
 
 log = structlog.get_logger(__name__)
 
@@ -239,7 +240,9 @@ class Supervisor:
                 topology=spec,
                 tasks={
                     name: TaskEntry(
-                        weight=t.weight, num_instances=make_task(name, **t.options).num_instances
+                        weight=t.weight,
+                        num_instances=make_task(t.factory(name), **t.options).num_instances,
+                        schedule=tuple((v, w) for v, w in t.schedule) if t.schedule else None,
                     )
                     for name, t in cfg.tasks.items()
                 },
@@ -265,7 +268,9 @@ class Supervisor:
                     broker=cfg.broker,
                     topology=spec,
                     environments={
-                        n: make_task(n, **t.options) for n, t in cfg.tasks.items() if not t.remote
+                        n: make_task(t.factory(n), **t.options)
+                        for n, t in cfg.tasks.items()
+                        if not t.remote
                     },
                     remote_tasks=[n for n, t in cfg.tasks.items() if t.remote],
                     chat_format=ChatFormat(tokenizer),
@@ -293,7 +298,7 @@ class Supervisor:
                 for i in range(t.workers):
                     self._workers.append(
                         EnvWorker(
-                            make_task(name, **t.options),
+                            make_task(t.factory(name), **t.options),
                             broker=cfg.broker,
                             run=cfg.run,
                             task=name,
@@ -343,6 +348,9 @@ class Supervisor:
             group_size=cfg.rollout.group_size,
             groups_per_batch=cfg.rollout.groups_per_batch,
             hard_staleness=cfg.staleness.hard,
+            max_token_lag=cfg.staleness.max_token_lag,
+            task_normalize=ln.task_normalize,
+            group_timeout=cfg.staleness.group_timeout,
             prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),
             pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             max_steps=cfg.max_steps,
@@ -398,13 +406,16 @@ class Supervisor:
             clip_high=ln.clip_high,
             dual_clip=ln.dual_clip,
             kl_coef=ln.kl_coef,
+            is_cap=ln.is_cap,
+            warmup_steps=ln.warmup_steps,
             micro_batch_tokens=ln.micro_batch_tokens,
             gradient_checkpointing=ln.gradient_checkpointing,
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,
             version=version,
-            reference_dir=resolve_model(cfg.model),
+            reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
+            state_dir=cfg.run_dir / "learner_state",  # AdamW state, for an exact resume
         )
 
     def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:
@@ -425,11 +436,13 @@ class Supervisor:
             clip_high=ln.clip_high,
             dual_clip=ln.dual_clip,
             kl_coef=ln.kl_coef,
+            is_cap=ln.is_cap,
+            warmup_steps=ln.warmup_steps,
             micro_batch_tokens=ln.micro_batch_tokens,
             dtype=ln.dtype,
             seed=cfg.seed,
             version=version,
-            reference_dir=resolve_model(cfg.model),
+            reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
             state_dir=cfg.run_dir / "learner_state",
             state_every=ln.megatron.state_every,
             keep_states=ln.megatron.keep_states,

@@ -1,6 +1,7 @@
 """`agentrl`: commands around a run; `agentrl eval` evaluates a checkpoint, `agentrl report`
-plots a run's metrics.
+plots a run's metrics, `agentrl sft` warm-starts a run's model on its tasks' oracles.
 
+    agentrl sft --config examples/local.yaml --steps 50 --run local-sft
     agentrl eval --checkpoint runs/local/checkpoints/v000028 --tasks calculator \\
         --runs 4 --episodes 32 --task-option calculator.seed=1 --out runs/local/eval.md
     agentrl report runs/local --out /tmp/local-report
@@ -18,7 +19,7 @@ import yaml
 
 from agentrl.trainer import ModelError, resolve_model
 
-from ._eval import EvalError, eval_problems, evaluate, format_table
+from ._eval import EvalError, eval_problems, evaluate, format_table, with_split
 from ._logging import configure_logging
 from ._report import ReportError, write_report
 
@@ -29,7 +30,6 @@ _NUMBERS: dict[str, tuple[type, int | float, str]] = {  # option: (type, default
     "runs": (int, 4, "runs per task"),
     "episodes": (int, 32, "episodes per run: instances 0 .. N-1 of each task"),
     "temperature": (float, 0.8, "sampling temperature (0 = greedy)"),
-    "max_turns": (int, 4, "assistant turns per episode"),
     "max_tokens": (int, 1024, "context tokens per episode"),
     "max_new_tokens": (int, 128, "tokens sampled per turn"),
     "seed": (int, 0, "engine sampling seed"),
@@ -58,12 +58,18 @@ def _parser() -> argparse.ArgumentParser:
             f"--{name.replace('_', '-')}", default=str(default), help=f"{help_}; default {default}"
         )
     ev.add_argument(
+        "--max-turns",
+        type=int,
+        help="safety cap on assistant turns per episode; default none: each task's own "
+        "limit (its max_turns option) applies, as in training",
+    )
+    ev.add_argument(
         "--task-option",
         action="append",
         default=[],
         metavar="TASK.KEY=VALUE",
-        help="a task option, VALUE in YAML (e.g. calculator.seed=1 for held-out problems); "
-        "repeatable",
+        help="a task option, VALUE in YAML; repeatable. Tasks with a split option are "
+        "evaluated on split=test unless one is given here (db.split=train)",
     )
     ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
     rep = sub.add_parser(
@@ -74,6 +80,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, e.g. runs/local")
     rep.add_argument("--out", help="output directory; default RUN_DIR/report")
+    sft = sub.add_parser(
+        "sft",
+        help="supervised warm start on the tasks' oracle episodes, before RL",
+        description="Train the run's model on oracle episodes of its tasks (train split, "
+        "mixed by weight) with the NLL of the assistant tokens, then write checkpoint "
+        "runs/<run>/checkpoints/v<STEPS>: `agentrl-supervisor start` continues from it.",
+    )
+    sft.add_argument("--config", required=True, help="the run's YAML config")
+    sft.add_argument("--steps", required=True, type=int, help="optimiser updates")
+    sft.add_argument("--run", help="run name (default: the config's)")
+    sft.add_argument(
+        "--batch-episodes",
+        type=int,
+        help="episodes per update; default the run's episodes "
+        "per batch (group_size x groups_per_batch)",
+    )
+    sft.add_argument("--lr", type=float, help="learning rate; default learner.lr")
     return parser
 
 
@@ -82,7 +105,33 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("warning")
     if args.command == "report":
         return _report(args)
+    if args.command == "sft":
+        return _sft(args)
     return _eval(args)
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from ._config import ConfigError, load_config
+    from ._sft import SFTError, run_sft
+    from ._sft_data import SFTDataError
+
+    try:
+        cfg = load_config(args.config, run=args.run)
+    except ConfigError as exc:
+        print(f"agentrl sft: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run_sft(cfg, steps=args.steps, batch_episodes=args.batch_episodes, lr=args.lr)
+    except (SFTError, SFTDataError, ModelError) as exc:
+        print(f"agentrl sft: {exc}", file=sys.stderr)
+        return 1
+    record = result.record
+    print(
+        f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f} over {len(result.losses)} "
+        f"updates; episodes {result.episodes}; skipped {result.skipped}"
+    )
+    print(f"checkpoint {cfg.run_dir / record.checkpoint} (version {record.version})")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -123,9 +172,11 @@ def _eval(args: argparse.Namespace) -> int:
                 tasks[name][key] = yaml.safe_load(value)
             except yaml.YAMLError as exc:
                 problems.append(f"--task-option {item!r}: value is not YAML: {exc}")
+    numbers["max_turns"] = args.max_turns
     checkpoint, problem = _checkpoint(args.checkpoint)
     if problem:
         problems.append(problem)
+    tasks, splits = with_split(tasks)
     problems += eval_problems(tasks, **{k: v for k, v in numbers.items() if k != "seed"})
     if args.out and Path(args.out).suffix == ".json":
         problems.append(f"--out {args.out!r}: the table is markdown; the numbers go to FILE.json")
@@ -134,6 +185,8 @@ def _eval(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         return 2
+    for name, split in splits.items():
+        print(f"agentrl eval: task {name}: split {split}", file=sys.stderr)
     try:
         report = evaluate(checkpoint, tasks, on_progress=_progress_printer(), **numbers)
     except EvalError as exc:

@@ -24,6 +24,7 @@ from agentrl.environments._check import AGENTS, check
 from agentrl.environments._protocol import EnvError
 
 from ._logging import configure_logging
+from ._task_split import make_on_split
 
 __all__ = ["main"]
 
@@ -134,7 +135,9 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     if args.data:
         options["data"] = args.data
     try:
-        env = make_task(args.task, **options)
+        # the oracle checks every item: split=all unless --option split=... says otherwise
+        env, _, split = make_on_split(args.task, options, "all")
+        print(f"agentrl-env: task {args.task}: split {split}", file=sys.stderr)
         report = check(args.task, env, args.agent, seed=args.seed)
     except (EnvError, ValueError, OSError) as exc:
         print(f"agentrl-env: {exc}", file=sys.stderr)

@@ -129,3 +129,54 @@ def test_a_bad_broker_scheme_is_reported_without_the_rest_of_the_url():
     with pytest.raises(ConfigError) as info:
         parse_config({"run": "r", "broker": "redis://u:topsecret@h/"})
     assert "topsecret" not in str(info.value) and "'redis'" in str(info.value)
+
+
+def test_an_entry_builds_its_task_and_carries_a_schedule():
+    cfg = parse_config(
+        {
+            "run": "x",
+            "tasks": {
+                "calc1": {"task": "calculator", "options": {"levels": [1]}, "schedule": [[0, 1]]},
+                "calculator": {"schedule": [[0, 0], [10, 2.5]]},
+            },
+        }
+    )
+    assert cfg.tasks["calc1"].factory("calc1") == "calculator"
+    assert cfg.tasks["calculator"].factory("calculator") == "calculator"
+    assert cfg.tasks["calculator"].schedule == [[0.0, 0.0], [10.0, 2.5]]
+    assert cfg.rollout.max_turns is None  # no cap: every task's own limit applies
+
+
+def test_schedule_task_turn_cap_and_group_timeout_problems_are_listed_together():
+    raw = {
+        "run": "x",
+        "tasks": {
+            "a": {"task": "nosuch", "schedule": [[5, 1], [2, -1]]},
+            "b": {"task": "calculator", "schedule": "soon"},
+            "c": {"task": "calculator", "schedule": [[1, 2, 3]]},
+        },
+        "rollout": {"max_turns": 0},
+        "staleness": {"group_timeout": 0},
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert info.value.problems == [
+        "tasks.b.schedule: expected a list, got str",  # falls back to no schedule
+        "tasks.a: unknown task 'nosuch' (known: alfworld, calculator, db, kg, os, webshop)",
+        "tasks.a.schedule: versions must be >= 0 and strictly increasing: [5.0, 2.0]",
+        "tasks.a.schedule: weights must be >= 0",
+        "tasks.c.schedule: must be a non-empty list of [version, weight] pairs",
+        "rollout.max_turns: must be >= 1 (or null: no cap)",
+        "staleness.group_timeout: must be > 0 seconds",
+    ]
+
+
+def test_schedules_that_leave_no_task_at_some_version_are_refused():
+    tasks = {
+        "a": {"task": "calculator", "schedule": [[0, 1], [4, 0]]},
+        "b": {"task": "calculator", "schedule": [[4, 0], [6, 1]]},
+    }
+    with pytest.raises(ConfigError, match="every schedule gives weight 0 at version 4"):
+        parse_config({"run": "x", "tasks": tasks})
+    tasks["c"] = {"task": "calculator"}  # a constant weight keeps the mix alive
+    assert parse_config({"run": "x", "tasks": tasks}).tasks["c"].weight == 1.0

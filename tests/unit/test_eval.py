@@ -9,8 +9,10 @@ import pykka
 import pytest
 
 from agentrl.actors._fakes import ScriptedEngine
-from agentrl.environments import ChatFormat
+from agentrl.environments import ChatFormat, register_task
+from agentrl.environments._calculator import CalculatorTask
 from agentrl.ops import EvalError, cli_agentrl, evaluate, format_table
+from agentrl.ops._eval import with_split
 from agentrl.trainer import resolve_model
 from tests.unit.scripts import calculator_script
 
@@ -45,7 +47,7 @@ def test_scripted_engine_pass_rate_in_every_run(smollm_tokenizer, mode, rate, re
     )
     r = report.tasks["calculator"]
     assert (report.runs, report.episodes, r.runs, r.episodes) == (2, 3, 2, 3)
-    assert r.options == {"seed": 1}
+    assert r.options == {"seed": 1, "split": "test"}  # held-out problems by default
     assert r.pass_rates == (rate, rate)
     assert (r.pass_rate_mean, r.pass_rate_std) == (rate, 0.0)
     assert r.reward_mean == reward  # completed either way: env reward 1.0 / 0.0, no penalty
@@ -151,10 +153,49 @@ def test_cli_prints_the_table_and_writes_it_with_the_numbers(
         [*argv.split(), "--task-option", "calculator.levels=[1]", "--out", str(out)]
     )
     assert code == 0
-    stdout = capsys.readouterr().out
+    captured = capsys.readouterr()
+    stdout = captured.out
+    assert "agentrl eval: task calculator: split test" in captured.err
     assert "| calculator | 2 | 2 | 1.000 ± 0.000 | +1.000 | 2.00 |" in stdout
     assert out.read_text() == stdout
     numbers = json.loads(out.with_suffix(".json").read_text())
-    assert numbers["tasks"]["calculator"]["options"] == {"levels": [1]}  # YAML value
+    assert numbers["tasks"]["calculator"]["options"] == {"levels": [1], "split": "test"}
     assert numbers["tasks"]["calculator"]["pass_rate_mean"] == 1.0
     assert numbers["runs"] == 2
+
+
+def test_tasks_with_a_split_option_are_evaluated_on_test_unless_told():
+    register_task("no-split-eval", _no_split, replace=True)
+    tasks = {"calculator": {"seed": 1}, "no-split-eval": {"seed": 1}, "nope": {}}
+    options, splits = with_split(tasks)
+    assert options["calculator"] == {"seed": 1, "split": "test"}
+    assert options["no-split-eval"] == {"seed": 1}  # no split option: built as configured
+    assert splits == {"calculator": "test", "no-split-eval": "all (no split option)", "nope": "?"}
+    options, splits = with_split({"calculator": {"split": "train"}})
+    assert (options, splits) == ({"calculator": {"split": "train"}}, {"calculator": "train"})
+
+
+def _no_split(seed: int = 0) -> CalculatorTask:
+    return CalculatorTask(seed=seed)
+
+
+class _Broken(CalculatorTask):
+    def interact(self, session, message):
+        raise KeyError("a bug in the task")
+
+
+def test_an_actor_that_stops_is_named_with_its_exception_and_task(smollm_tokenizer):
+    register_task("broken-eval", _Broken, replace=True)
+    with pytest.raises(EvalError) as err:
+        evaluate(
+            resolve_model("tiny"),
+            {"broken-eval": {}},
+            episodes=1,
+            runs=1,
+            max_new_tokens=64,
+            make_engine=scripted(smollm_tokenizer, "oracle"),
+        )
+    text = str(err.value)
+    assert text.startswith("stopped after 0 of 1 episodes: the rollout actor: ")
+    assert "KeyError: 'a bug in the task'" in text
+    assert "task 'broken-eval', index 0" in text
