@@ -15,6 +15,7 @@ Controller, rollout, sampler and learner actors, the in-process broker, the
 staleness window, group assembly and checkpoint fan-out are the real ones.
 
     python bench/async_vs_sync.py            # prints episodes/s for each, the ratio, idle fractions
+    python bench/async_vs_sync.py --smoke    # 2 steps of 2 groups, 0.1 s per step: seconds (CI)
 """
 
 from __future__ import annotations
@@ -49,12 +50,10 @@ class LatencyTask:
     """An environment whose episodes last a heavy-tailed number of turns."""
 
     tools = TOOLS
+    num_instances = 100_000
 
     def __init__(self, seed: int = 0) -> None:
         self._seed = seed
-
-    def __len__(self) -> int:
-        return 100_000
 
     def start(self, index: int) -> Start:
         rng = random.Random(f"{self._seed}:{index}")
@@ -146,7 +145,12 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=2.0)
     parser.add_argument("--ms-per-token", type=float, default=8.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (2 steps, 0.1 s each): checks it runs"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.groups, args.group_size, args.step_time = 2, 2, 2, 0.1
     configure_logging("warning")
     register_task("latency", LatencyTask, replace=True)
     tokenizer = load_tokenizer(resolve_model("tiny"))

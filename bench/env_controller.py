@@ -2,6 +2,7 @@
 
     python bench/env_controller.py [--workers 4] [--capacity 500] [--sessions 2000]
         [--steps 5] [--connections 4] [--interval 2] [--broker amqp://guest:guest@127.0.0.1:5672/]
+    python bench/env_controller.py --smoke    # 1 worker, 20 sessions of 2 steps (CI; RabbitMQ)
 
 ``--workers`` `EnvWorker` processes serve a trivial ``echo`` task (registered
 here: each interact echoes the message; the session finishes after
@@ -317,10 +318,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--interval", type=float, default=2.0, help="heartbeat/report seconds")
     parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/")
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 worker, 20 sessions of 2 steps: checks it runs"
+    )
     parser.add_argument("--serve-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--worker-id", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:
+        args.workers, args.capacity, args.sessions, args.steps = 1, 40, 20, 2
+        args.connections, args.interval = 1, 0.5
     if args.serve_worker:
         serve_worker(args)
     else:

@@ -1,6 +1,7 @@
 """Checkpoint fan-out: announcement to every sampler serving the new version, against one write.
 
     python bench/fanout.py [--samplers 4] [--rounds 3] [--model smollm2] [--broker URL]
+    python bench/fanout.py --smoke    # tiny model, 2 samplers, 2 rounds: seconds (CI)
 
 A learner (`TorchLearner`, the real save path: HF safetensors + digest) writes
 a checkpoint with perturbed weights and announces it on the checkpoints fanout
@@ -45,7 +46,12 @@ def main() -> None:
     parser.add_argument("--broker", default=None, help="default: a fresh memory:// broker")
     parser.add_argument("--busy", type=int, default=0, help="requests in flight per sampler")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, 2 samplers, 2 rounds: checks it runs"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.model, args.samplers, args.rounds = "tiny", 2, 2
     torch.set_num_threads(args.threads)
 
     run = f"fanout-{uuid.uuid4().hex[:6]}"
@@ -71,7 +77,7 @@ def main() -> None:
     client.consume(f"{run}.beats", on_beat, prefetch=64)
 
     print(f"model={args.model} samplers={args.samplers} busy={args.busy} broker={broker}")
-    learner = TorchLearner(model_dir)
+    learner = TorchLearner(model_dir, kl_coef=0.0)  # only saves: no KL reference
     samplers = [
         SamplerActor.start(
             broker=broker,

@@ -1,6 +1,7 @@
 """Sampler throughput: TorchEngine against `transformers` `generate`, side by side, one process.
 
     python bench/sampler_throughput.py [--model smollm2] [--dtype float32] [--requests 16]
+    python bench/sampler_throughput.py --smoke    # tiny model, 4 requests, few tokens (CI)
 
 Two workloads, both with ``--requests`` concurrent sequences and every
 generation forced to its full length (no stop tokens) so both sides produce
@@ -53,7 +54,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--workload", choices=["single", "episodes", "both"], default="both")
     parser.add_argument("--side", choices=["hf", "engine"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, 4 short requests: checks it runs"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the children get --smoke too (they re-read sys.argv)
+        args.model, args.requests, args.new_tokens = "tiny", 4, 8
+        args.turns, args.turn_tokens = 2, 4
     if args.side is not None:
         print(json.dumps(_measure(args)))
         return

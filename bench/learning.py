@@ -1,0 +1,393 @@
+"""Learning benchmark: does the policy get better on held-out instances, per arm, per task?
+
+    python bench/learning.py --minutes 40 [--sft-steps 20]          # the three arms in turn
+    python bench/learning.py --arm full --minutes 40                # one arm (one session each)
+    python bench/learning.py --report                               # table + learning.png
+    python bench/learning.py --smoke                                # tiny model, 2 steps (CI)
+
+Three arms with the same base config (bench/learning.yaml), budget and seed:
+``full`` (task advantage normalization + cross-policy sampling, a ``current`` and a
+``stale`` pool), ``no-task-norm`` (``learner.task_normalize: false``) and
+``no-cross-policy`` (the ``current`` pool alone). Per arm:
+
+1. optional supervised warm start, ``agentrl sft --steps N`` (its time stated apart);
+2. ``agentrl eval`` of the test split of every task on the starting weights (the base
+   model or the warm-start checkpoint): "before";
+3. RL: ``agentrl-supervisor start`` in a subprocess, stopped by SIGTERM (it drains) when
+   ``--minutes`` of wall clock have passed; every ``--eval-every``-th checkpoint and the
+   last few are kept, the others deleted as the run goes (a SmolLM2 checkpoint is 540 MB);
+4. ``agentrl eval`` of the kept intermediate checkpoints and of the last one: "after".
+
+Each arm writes ``<results>/learning-<arm>.json``: the command line, the arm's config,
+the seeds, per-task pass rate per evaluated learner version, the training success per
+update (metrics.jsonl) and the wall-clock times. ``--report`` reads those files.
+Evaluation runs in this process through the CLI's own entry point (``agentrl eval``),
+after the supervisor has exited, so it never competes with training for the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from learning_report import write_report  # noqa: E402
+
+ARMS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "no-task-norm": {"learner": {"task_normalize": False}},
+    "no-cross-policy": {"pools": {"current": {"weight": 1.0, "every": 1}}},
+}
+"""Each arm's override of the base config; a mapping replaces ``pools`` whole (see derive)."""
+
+KEEP_LAST = 4
+"""Newest checkpoints never pruned during a run (the stale pool lags by up to every + eta)."""
+
+SMOKE: dict[str, Any] = {
+    "model": "tiny",
+    "rollout": {
+        "group_size": 2,
+        "groups_per_batch": 2,
+        "concurrency": 4,
+        "max_turns": 5,  # a level-0 oracle's calls (webshop: search, click, buy) fit
+        "max_new_tokens": 96,  # webshop's exact-title calls fit (agentrl sft skips longer)
+    },
+    "pools": {"current": {"max_batch": 4}, "stale": {"max_batch": 4}},
+    "learner": {"gradient_checkpointing": False},
+}
+"""Merged into the base config by --smoke: the tiny random model, small batches."""
+
+
+def derive(base: dict[str, Any], arm: str, *, run_root: Path, seed: int) -> dict[str, Any]:
+    """The arm's config: the base with the arm's override; the run named and placed."""
+    cfg = _merge(base, {k: v for k, v in ARMS[arm].items() if k != "pools"})
+    if "pools" in ARMS[arm]:  # a pool left out must go, so pools are replaced, not merged
+        cfg["pools"] = {
+            name: {**base["pools"].get(name, {}), **pool}
+            for name, pool in ARMS[arm]["pools"].items()
+        }
+    name = f"learning-{arm}"
+    cfg.update(run=name, broker=f"memory://{name}", output_dir=str(run_root), seed=seed)
+    cfg.setdefault("learner", {})["keep_checkpoints"] = 0  # the bench prunes (prune_checkpoints)
+    return cfg
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def eval_tasks(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each registered task of the config with the options evaluated: its test split.
+
+    Entries building the same task (``db0: {task: db, ...}`` beside ``db``) are one task
+    here: the first entry's options, the union of their ``levels`` in order of appearance.
+    """
+    tasks: dict[str, dict[str, Any]] = {}
+    for key, entry in cfg["tasks"].items():
+        entry = entry or {}
+        options = dict(entry.get("options") or {})
+        name = entry.get("task") or key
+        if name not in tasks:
+            tasks[name] = {**options, "split": "test"}
+        elif "levels" in options:
+            levels = tasks[name].setdefault("levels", [])
+            levels.extend(lv for lv in options["levels"] if lv not in levels)
+    return tasks
+
+
+def checkpoints(run_dir: Path) -> dict[int, Path]:
+    """Complete checkpoints (with a DIGEST) by version."""
+    return {
+        int(p.name[1:]): p
+        for p in (run_dir / "checkpoints").glob("v[0-9]*")
+        if p.is_dir() and (p / "DIGEST").exists()
+    }
+
+
+def prune_checkpoints(run_dir: Path, keep: set[int], eval_every: int) -> None:
+    """Delete checkpoints that are neither kept, nor among the last KEEP_LAST, nor on the grid."""
+    versions = sorted(checkpoints(run_dir))
+    recent = set(versions[-KEEP_LAST:])
+    for v in versions:
+        if v not in keep and v not in recent and not (eval_every and v % eval_every == 0):
+            shutil.rmtree(run_dir / "checkpoints" / f"v{v:06d}", ignore_errors=True)
+
+
+def evaluate(
+    cfg: dict[str, Any], weights: str, out: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``agentrl eval`` (its CLI entry point, in this process) of every task's test split."""
+    from agentrl.ops.cli_agentrl import main as agentrl_main
+
+    tasks = eval_tasks(cfg)
+    rollout = cfg.get("rollout", {})
+    argv = ["eval", "--checkpoint", weights, "--tasks", ",".join(tasks)]
+    argv += ["--episodes", str(args.eval_episodes), "--runs", str(args.eval_runs)]
+    argv += ["--seed", str(args.seed), "--out", str(out)]
+    for flag, key in (("--temperature", "temperature"), ("--max-turns", "max_turns"),
+                      ("--max-tokens", "max_tokens"), ("--max-new-tokens", "max_new_tokens"),
+                      ("--concurrency", "concurrency")):  # fmt: skip
+        if rollout.get(key) is not None:
+            argv += [flag, str(rollout[key])]
+    for name, options in tasks.items():
+        for key, value in options.items():
+            argv += ["--task-option", f"{name}.{key}={json.dumps(value)}"]
+    start = time.monotonic()
+    code = agentrl_main(argv)
+    if code != 0:
+        raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
+    report = json.loads(out.with_suffix(".json").read_text())
+    return {
+        "checkpoint": weights,
+        "seconds": time.monotonic() - start,
+        "argv": ["agentrl", *argv],
+        "pass_rate": {t: r["pass_rate_mean"] for t, r in report["tasks"].items()},
+        "pass_rate_std": {t: r["pass_rate_std"] for t, r in report["tasks"].items()},
+        "reward": {t: r["reward_mean"] for t, r in report["tasks"].items()},
+        "statuses": {t: r["statuses"] for t, r in report["tasks"].items()},
+    }
+
+
+def reuse_evaluation(path: Path, model: str) -> dict[str, Any]:
+    """A base evaluation written earlier by ``agentrl eval --out`` (its JSON), in the form
+    `evaluate` returns; the base model is the same for every arm, so one run serves all."""
+    from agentrl.trainer import resolve_model
+
+    report = json.loads(Path(path).read_text())
+    if report.get("checkpoint") not in (model, str(resolve_model(model))):
+        raise SystemExit(f"{path} evaluated {report.get('checkpoint')!r}, not {model!r}")
+    return {
+        "checkpoint": model,
+        "seconds": report.get("seconds", 0.0),
+        "argv": ["reused", str(path)],
+        "pass_rate": {t: r["pass_rate_mean"] for t, r in report["tasks"].items()},
+        "pass_rate_std": {t: r["pass_rate_std"] for t, r in report["tasks"].items()},
+        "reward": {t: r["reward_mean"] for t, r in report["tasks"].items()},
+        "statuses": {t: r["statuses"] for t, r in report["tasks"].items()},
+    }
+
+
+def warm_start(cfg_path: Path, steps: int, lr: float | None = None) -> float:
+    """``agentrl sft --config C --steps N [--lr LR]`` (in this process); its wall-clock seconds."""
+    from agentrl.ops.cli_agentrl import main as agentrl_main
+
+    start = time.monotonic()
+    argv = ["sft", "--config", str(cfg_path), "--steps", str(steps)]
+    argv += ["--lr", str(lr)] if lr is not None else []
+    code = agentrl_main(argv)
+    if code != 0:
+        raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
+    return time.monotonic() - start
+
+
+def train(
+    cfg_path: Path, run_dir: Path, args: argparse.Namespace, start_version: int
+) -> dict[str, Any]:
+    """The supervisor in a subprocess, stopped by SIGTERM (it drains) when ``--minutes`` have
+    passed or ``--max-steps`` updates are on disk, whichever comes first."""
+    argv = ["agentrl-supervisor", "start", "--config", str(cfg_path), "--progress-every", "60"]
+    log_path = run_dir / "supervisor.out"
+    start = time.monotonic()
+    deadline = start + args.minutes * 60
+    stopped_by = "exit"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                last = max(checkpoints(run_dir), default=start_version)
+                if args.max_steps and last - start_version >= args.max_steps:
+                    stopped_by = "steps"
+                elif time.monotonic() >= deadline:
+                    stopped_by = "budget"
+                if stopped_by != "exit":
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(args.drain_timeout)
+                    except subprocess.TimeoutExpired:
+                        stopped_by += ", killed after the drain timeout"
+                        proc.kill()
+                        proc.wait()
+                    break
+                prune_checkpoints(run_dir, {start_version}, args.eval_every)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(min(2.0, max(0.1, deadline - time.monotonic())))
+        finally:
+            if proc.poll() is None:  # this process is being interrupted: do not leave it behind
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(args.drain_timeout)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:  # a drained supervisor exits 0, also after SIGTERM
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{shlex.join(argv)} exited {proc.returncode}:\n{tail}")
+    prune_checkpoints(run_dir, {start_version}, args.eval_every)
+    return {"argv": argv, "seconds": seconds, "exit_code": proc.returncode,
+            "stopped_by": stopped_by, "log": str(log_path)}  # fmt: skip
+
+
+def training_curve(run_dir: Path) -> list[dict[str, float]]:
+    """Per update: version, time and every ``env/<entry>/success`` of metrics.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return [
+        {
+            k: v
+            for k, v in m.items()
+            if k in ("version", "time", "rollout/success")
+            or (k.startswith("env/") and k.endswith("/success"))
+        }
+        for m in rows
+    ]
+
+
+def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path) -> Path:
+    """One arm end to end; the path of its results JSON."""
+    t0 = time.monotonic()
+    cfg = derive(base, arm, run_root=work / "runs", seed=args.seed)
+    run_dir = work / "runs" / cfg["run"]
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a fresh run: the supervisor would resume from old checkpoints
+    run_dir.mkdir(parents=True)
+    cfg_path = run_dir.with_suffix(".yaml")
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    print(f"[{arm}] config {cfg_path}", flush=True)
+    base = None
+    if args.base_eval:  # an earlier evaluation of the model as shipped, on the same tasks
+        base = reuse_evaluation(args.base_eval, cfg["model"])
+        print(f"[{arm}] base model (from {args.base_eval}): {base['pass_rate']}", flush=True)
+    elif args.eval_base:  # the model as shipped, before any warm start
+        base = evaluate(cfg, cfg["model"], run_dir / "eval-base.md", args)
+        print(f"[{arm}] base model: {base['pass_rate']}", flush=True)
+    sft = {"steps": args.sft_steps, "seconds": 0.0, "version": 0, "lr": args.sft_lr}
+    if args.sft_steps:
+        sft["seconds"] = warm_start(cfg_path, args.sft_steps, args.sft_lr)
+        sft["version"] = max(checkpoints(run_dir), default=0)
+        print(f"[{arm}] warm start: {args.sft_steps} steps in {sft['seconds']:.0f} s", flush=True)
+    v0 = sft["version"]
+    first = checkpoints(run_dir).get(v0)
+    weights = str(first) if first else cfg["model"]
+    evals = {v0: evaluate(cfg, weights, run_dir / f"eval-v{v0:06d}.md", args)}
+    print(f"[{arm}] before (v{v0}): {evals[v0]['pass_rate']}", flush=True)
+    rl = train(cfg_path, run_dir, args, v0)
+    found = checkpoints(run_dir)
+    last = max(found, default=sft["version"])
+    rl["updates"] = last - sft["version"]
+    print(f"[{arm}] RL: {rl['updates']} updates in {rl['seconds']:.0f} s ({rl['stopped_by']})")
+    for v in sorted(found):
+        if v > sft["version"] and (v == last or (args.eval_every and v % args.eval_every == 0)):
+            evals[v] = evaluate(cfg, str(found[v]), run_dir / f"eval-v{v:06d}.md", args)
+            print(f"[{arm}] v{v}: {evals[v]['pass_rate']}", flush=True)
+    result = {
+        "arm": arm,
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "config": cfg,
+        "seeds": {"run": args.seed, "eval": args.seed},
+        "eval_settings": {
+            "episodes": args.eval_episodes,
+            "runs": args.eval_runs,
+            "split": "test",
+        },
+        "budget_minutes": args.minutes,
+        "sft": sft,
+        "rl": rl,
+        "before_version": sft["version"],
+        "after_version": last,
+        "eval": {str(v): e for v, e in sorted(evals.items())},
+        "base": base["pass_rate"] if base else None,
+        "base_eval": base,
+        "before": evals[sft["version"]]["pass_rate"],
+        "after": evals[last]["pass_rate"],
+        "training": training_curve(run_dir),
+        "wall_seconds": time.monotonic() - t0,
+    }
+    out = args.results / f"learning-{arm}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"[{arm}] wrote {out} ({result['wall_seconds']:.0f} s)", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=HERE / "learning.yaml", help="base config")
+    parser.add_argument("--arm", choices=[*ARMS, "all"], default="all")
+    parser.add_argument("--minutes", type=float, default=40.0, help="RL wall clock per arm")
+    parser.add_argument("--max-steps", type=int, help="also stop after N RL updates")
+    parser.add_argument("--sft-steps", type=int, default=0, help="warm start steps (0 = none)")
+    parser.add_argument("--sft-lr", type=float, help="warm start lr (default: learner.lr)")
+    parser.add_argument(
+        "--eval-base", action="store_true", help="also evaluate the model as shipped first"
+    )
+    parser.add_argument(
+        "--base-eval", type=Path, help="reuse this `agentrl eval --out` JSON of the base model"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-episodes", type=int, default=16, help="test instances per task")
+    parser.add_argument("--eval-runs", type=int, default=1)
+    parser.add_argument("--eval-every", type=int, default=10, help="also evaluate v%%N==0")
+    parser.add_argument("--drain-timeout", type=float, default=600.0, help="seconds after SIGTERM")
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--work", type=Path, default=Path("."), help="runs go to WORK/runs/")
+    parser.add_argument("--report", action="store_true", help="table and plot from --results")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps, temp dir")
+    args = parser.parse_args()
+    if args.report:
+        print(write_report(args.results).table, end="")
+        return
+    base = yaml.safe_load(args.config.read_text())
+    if args.smoke:
+        return smoke(base, args)
+    arms = list(ARMS) if args.arm == "all" else [args.arm]
+    for arm in arms:
+        run_arm(arm, base, args, args.work.resolve())
+    files = write_report(args.results)
+    print(files.table, end="")
+    print(f"wrote {files.table_path} and {files.plot_path}")
+
+
+def smoke(base: dict[str, Any], args: argparse.Namespace) -> None:
+    """Every arm's config derived and validated; one arm (--arm, default full) run with the
+    tiny model: 1 SFT step, 2 RL updates, 1 test episode per task; the report built; all in a
+    temp dir."""
+    from agentrl.ops import ConfigError, parse_config
+
+    base = _merge(base, SMOKE)
+    with tempfile.TemporaryDirectory(prefix="agentrl-learning-smoke-") as tmp:
+        work = Path(tmp)
+        for arm in ARMS:
+            try:
+                parse_config(derive(base, arm, run_root=work / "runs", seed=args.seed))
+            except ConfigError as exc:
+                raise SystemExit(f"arm {arm}: {exc}") from exc
+        args.results, args.max_steps, args.eval_every = work / "results", 2, 0
+        args.eval_episodes, args.eval_runs = 1, 1
+        args.sft_steps = args.sft_steps or 1  # the warm start path too
+        args.minutes = min(args.minutes, 5.0)
+        for arm in ["full"] if args.arm == "all" else [args.arm]:
+            run_arm(arm, base, args, work)
+        files = write_report(args.results)
+        print(files.table, end="")
+        print(f"plot: {files.plot_path.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The learning benchmark's report: a markdown table and a plot from its per-arm JSON files.
+
+    python bench/learning.py --report      # reads bench/results/learning-<arm>.json
+
+Table: per task, each arm's test pass rate of the model as shipped (``base``, with
+``--eval-base``), before RL (after the warm start) and after RL, and the change RL made;
+the last row is the mean over tasks. Plot (``learning.png``): one panel per task and one for the
+mean, test pass rate against learner version, one line per arm (solid: evaluated
+checkpoints; dotted: the training episodes' success per update from metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ReportFiles", "load_results", "markdown_table", "write_report"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    table: str
+    """The markdown table (also written to ``table_path``)."""
+    table_path: Path
+    plot_path: Path
+
+
+def load_results(results: Path) -> dict[str, dict[str, Any]]:
+    """Every ``learning-<arm>.json`` under ``results``, by arm, in file-name order."""
+    found = {}
+    for path in sorted(results.glob("learning-*.json")):
+        data = json.loads(path.read_text())
+        found[data["arm"]] = data
+    if not found:
+        raise SystemExit(f"no learning-<arm>.json in {results}: run bench/learning.py first")
+    return found
+
+
+def _tasks(arms: dict[str, dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for data in arms.values():
+        names += [t for t in data["after"] if t not in names]
+    return names
+
+
+def markdown_table(arms: dict[str, dict[str, Any]]) -> str:
+    """Per task: before, after and the change of each arm; the mean over tasks last."""
+    tasks = _tasks(arms)
+    cols = ("base", "before", "after", "Δ")
+    head = ["task"] + [f"{arm} {col}" for arm in arms for col in cols]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+
+    def cells(arm: dict[str, Any], task: str | None) -> list[str]:
+        def value(which: str) -> float | None:
+            rates = arm.get(which) or {}
+            if task is not None:
+                return rates.get(task)
+            return (
+                statistics.fmean(rates[t] for t in tasks)
+                if all(t in rates for t in tasks)
+                else None
+            )
+
+        base, before, after = value("base"), value("before"), value("after")
+        shown = "n/a" if base is None else f"{base:.3f}"
+        if before is None or after is None:
+            return [shown] + ["n/a"] * 3
+        return [shown, f"{before:.3f}", f"{after:.3f}", f"{after - before:+.3f}"]
+
+    for task in [*tasks, None]:
+        row = [task or "**mean**"] + [c for data in arms.values() for c in cells(data, task)]
+        lines.append("| " + " | ".join(row) + " |")
+    notes = []
+    for arm, data in arms.items():
+        sft = data["sft"]
+        warm = (
+            f"warm start {sft['steps']} SFT steps in {sft['seconds']:.0f} s, "
+            if sft["steps"]
+            else ""
+        )
+        notes.append(
+            f"- {arm}: {warm}RL {data['rl']['updates']} updates in {data['rl']['seconds']:.0f} s "
+            f"(budget {data['budget_minutes']:g} min, {data['rl']['stopped_by']}); "
+            f"base = the model as shipped, before = v{data['before_version']} (after the warm "
+            f"start, if any), after = v{data['after_version']}; "
+            f"test split, {data['eval_settings']['episodes']} episodes x "
+            f"{data['eval_settings']['runs']} runs per task; seed {data['seeds']['run']}"
+        )
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def _training_by_task(data: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """Training success per update, entries of the same task averaged: task -> [(v, s)]."""
+    task_of = {
+        key: (entry or {}).get("task") or key for key, entry in data["config"]["tasks"].items()
+    }
+    out: dict[str, list[tuple[int, float]]] = {}
+    for row in data["training"]:
+        per_task: dict[str, list[float]] = {}
+        for key, value in row.items():
+            entry = key[len("env/") : -len("/success")] if key.startswith("env/") else None
+            if entry in task_of:
+                per_task.setdefault(task_of[entry], []).append(value)
+        for task, values in per_task.items():
+            out.setdefault(task, []).append((int(row["version"]), statistics.fmean(values)))
+    return out
+
+
+def plot(arms: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = _tasks(arms)
+    panels = [*tasks, "mean"]
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (arm, data) in enumerate(arms.items()):
+        color = colors[i % len(colors)]
+        versions = sorted(int(v) for v in data["eval"])
+        training = _training_by_task(data)
+        for ax, task in zip(axes.flat, panels, strict=False):
+            if task == "mean":
+                ys = [
+                    statistics.fmean(data["eval"][str(v)]["pass_rate"][t] for t in tasks)
+                    for v in versions
+                ]
+            else:
+                ys = [data["eval"][str(v)]["pass_rate"].get(task, float("nan")) for v in versions]
+            ax.plot(versions, ys, "o-", color=color, label=f"{arm} (test)")
+            if task in training:
+                xs, ts = zip(*training[task], strict=True)
+                ax.plot(xs, ts, ":", color=color, alpha=0.6, label=f"{arm} (training)")
+    for ax, task in zip(axes.flat, panels, strict=False):
+        ax.set_title(task)
+        ax.set_xlabel("learner version")
+        ax.set_ylabel("success")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: Path) -> ReportFiles:
+    """Write ``learning.md`` and ``learning.png`` into ``results``."""
+    arms = load_results(results)
+    table = markdown_table(arms)
+    table_path, plot_path = results / "learning.md", results / "learning.png"
+    table_path.write_text(table)
+    plot(arms, plot_path)
+    return ReportFiles(table, table_path, plot_path)

@@ -1,0 +1,79 @@
+"""Every script in bench/ runs its --smoke mode to the end and prints its figures.
+
+Each runs in a subprocess, as a user would run it (``python bench/X.py --smoke``), so a
+bench that rots (an interface it uses changed) fails CI. Run with ``tox -e bench``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+pytestmark = [pytest.mark.bench, pytest.mark.slow]
+
+# bench -> lines (regular expressions) its smoke output must hold: the figures it reports
+FIGURES = {
+    "async_vs_sync.py": [
+        r"eta=0: \d+ episodes in [\d.]+s = [\d.]+ episodes/s",
+        r"eta=2: \d+ episodes in [\d.]+s = [\d.]+ episodes/s",
+        r"ratio async/sync episodes/s: [\d.]+x",
+    ],
+    "fanout.py": [r"v1: write [\d.]+ s, all 2 samplers serving after [\d.]+ s", r"median ratio"],
+    "sampler_throughput.py": [
+        r"single turn: HF generate \d+ tok/s .* TorchEngine \d+ tok/s",
+        r"agent episodes: HF generate \d+ tok/s .* TorchEngine \d+ tok/s",
+    ],
+    "env_controller.py": [
+        r"unloaded step overhead \(\d+ steps\): p50 [\d.]+ ms",
+        r"20 sessions started in",
+        r"loaded step overhead: p50 [\d.]+ ms",
+        r"finished 20, errors 0",
+    ],
+    "learning.py": [
+        r"\[full\] warm start: 1 steps in \d+ s",
+        r"\[full\] before \(v1\): \{",
+        r"\[full\] RL: \d+ updates in \d+ s \(steps\)",
+        r"\| \*\*mean\*\* \| (?:[\d.]+|n/a) \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \|",
+        r"plot: \d+ bytes",
+    ],
+}
+
+
+def test_every_bench_has_a_smoke_test() -> None:
+    scripts = [p.name for p in BENCH.glob("*.py") if not p.name.startswith(("_", "learning_"))]
+    assert sorted(scripts) == sorted(FIGURES)
+
+
+def _broker_answers() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 5672), 1.0).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("script", sorted(FIGURES))
+def test_smoke(script: str, tmp_path: Path) -> None:
+    if script == "env_controller.py" and not _broker_answers():
+        # its env workers are separate processes: the in-process broker cannot reach them
+        if os.environ.get("AGENTRL_REQUIRE_BROKER") == "1":
+            pytest.fail("no RabbitMQ broker at 127.0.0.1:5672 and AGENTRL_REQUIRE_BROKER=1")
+        pytest.skip("env_controller.py needs RabbitMQ at 127.0.0.1:5672")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--smoke"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    for figure in FIGURES[script]:
+        assert re.search(figure, proc.stdout), f"{script}: no {figure!r} in:\n{proc.stdout}"
