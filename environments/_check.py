@@ -28,9 +28,9 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from agentrl.environments._calculator import CalculatorTask
-from agentrl.environments._dbbench import DBTask, ItemError
 from agentrl.environments._protocol import EnvError, Environment, Status
+from agentrl.environments.tasks.calculator.task import CalculatorTask
+from agentrl.environments.tasks.db.task import DBTask, ItemError
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["AGENTS", "CheckReport", "agent_message", "check", "scripts_for"]

@@ -20,12 +20,12 @@ __all__ = ["make_task", "register_task", "task_names"]
 TaskFactory = Callable[..., Environment]
 
 _BUILTIN: dict[str, str] = {
-    "calculator": "agentrl.environments._calculator:CalculatorTask",
-    "db": "agentrl.environments._dbbench:DBTask",
-    "os": "agentrl.environments._os:OSTask",
-    "kg": "agentrl.environments._kg:KGTask",
-    "alfworld": "agentrl.environments._alfworld:AlfworldTask",
-    "webshop": "agentrl.environments._webshop:WebShopTask",
+    "calculator": "agentrl.environments.tasks.calculator.task:CalculatorTask",
+    "db": "agentrl.environments.tasks.db.task:DBTask",
+    "os": "agentrl.environments.tasks.os.task:OSTask",
+    "kg": "agentrl.environments.tasks.kg.task:KGTask",
+    "alfworld": "agentrl.environments.tasks.alfworld.task:AlfworldTask",
+    "webshop": "agentrl.environments.tasks.webshop.task:WebShopTask",
 }
 
 _lock = threading.Lock()

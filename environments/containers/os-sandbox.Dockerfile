@@ -1,4 +1,4 @@
-# agentrl/os-sandbox: the machine of one `os` task session (environments/_docker_sandbox.py).
+# agentrl/os-sandbox: the machine of one `os` task session (environments/tasks/os/docker_sandbox.py).
 # Built by ops/containers/build-images.sh after agentrl/base (which has python3 and procps).
 # What the task items use: bash and coreutils, find, grep/sed/awk, python3 (check
 # scripts), useradd/groupadd/su (users and permissions), ps/pgrep/pkill/killall (processes).

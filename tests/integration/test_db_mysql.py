@@ -16,8 +16,8 @@ import pytest
 
 from agentrl.environments import InfraError, Status, make_task
 from agentrl.environments._check import check
-from agentrl.environments._dbbackend import DATABASE_PREFIX
-from agentrl.environments._dbjudge import table_hash
+from agentrl.environments.tasks.db.backend import DATABASE_PREFIX
+from agentrl.environments.tasks.db.judge import table_hash
 from agentrl.messages import ChatMessage, ToolCall
 
 from .conftest import broker_answers

@@ -15,8 +15,8 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._osdata import ItemError
-from agentrl.environments._sandbox import DEFAULT_IMAGE, docker_available, open_sandbox
+from agentrl.environments.tasks.os.items import ItemError
+from agentrl.environments.tasks.os.sandbox import DEFAULT_IMAGE, docker_available, open_sandbox
 from tests.unit import sandbox_suite as suite
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from agentrl.environments._sandbox import Limits, Sandbox
+from agentrl.environments.tasks.os.sandbox import Limits, Sandbox
 
 SMALL = Limits(memory_mb=128, pids=64)
 Opener = Callable[[], Sandbox]

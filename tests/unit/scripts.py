@@ -9,7 +9,7 @@ __all__ = ["calculator_script"]
 
 def calculator_script(tokenizer, eot: int, mode: str):
     """A 'model' that solves the calculator task (or fails it in a chosen way)."""
-    from agentrl.environments._arith import evaluate
+    from agentrl.environments.tasks.calculator.arith import evaluate
 
     def respond(prompt_ids: list[int], version: int) -> list[int]:
         # the last question (the opening turns hold a solved demo of the format)

@@ -13,18 +13,19 @@ from pathlib import Path
 import pytest
 
 from agentrl.environments import make_task
-from agentrl.environments._alfworld import NO_TOOL_CALL, NO_VALID_CALL, AlfworldTask
-from agentrl.environments._alfworld_protocol import (
+from agentrl.environments._check import check
+from agentrl.environments._protocol import InfraError, SessionClosed, Status
+from agentrl.environments.tasks.alfworld.protocol import (
     available_actions,
     observation,
     opening,
 )
-from agentrl.environments._alfworld_real import (
+from agentrl.environments.tasks.alfworld.real import (
     AlfworldDataError,
     AlfworldUnavailable,
     load_game_list,
 )
-from agentrl.environments._alfworld_scene import (
+from agentrl.environments.tasks.alfworld.scene import (
     OPENABLE,
     TASK_TYPES,
     Scene,
@@ -32,9 +33,8 @@ from agentrl.environments._alfworld_scene import (
     kind_of,
     solution,
 )
-from agentrl.environments._alfworld_world import NOTHING, World, list_phrase
-from agentrl.environments._check import check
-from agentrl.environments._protocol import InfraError, SessionClosed, Status
+from agentrl.environments.tasks.alfworld.task import NO_TOOL_CALL, NO_VALID_CALL, AlfworldTask
+from agentrl.environments.tasks.alfworld.world import NOTHING, World, list_phrase
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
@@ -705,8 +705,8 @@ def test_holding_another_object_or_putting_it_elsewhere_is_not_the_goal():
 
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_train_and_test_never_share_a_scene_and_are_deterministic(level):
-    from agentrl.environments._alfworld_levels import scene_key
-    from agentrl.environments._split import check_disjoint
+    from agentrl.environments.tasks.alfworld.levels import scene_key
+    from agentrl.environments.tasks.toolkit.split import check_disjoint
 
     train = make_task("alfworld", levels=[level], num_instances=300, split="train")
     test = make_task("alfworld", levels=[level], num_instances=300, split="test")

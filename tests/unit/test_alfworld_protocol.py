@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 from agentrl.environments import make_task
-from agentrl.environments._alfworld import AlfworldTask
-from agentrl.environments._alfworld_agents import random_command
-from agentrl.environments._alfworld_protocol import (
+from agentrl.environments._protocol import Status
+from agentrl.environments.tasks.alfworld.agents import random_command
+from agentrl.environments.tasks.alfworld.protocol import (
     LEVEL_PROMPT,
     SYSTEM_PROMPT,
     match_action,
@@ -16,9 +16,9 @@ from agentrl.environments._alfworld_protocol import (
     opening,
     sentence_bleu,
 )
-from agentrl.environments._alfworld_scene import TASK_TYPES, Scene, generate
-from agentrl.environments._alfworld_world import NOTHING, Outcome, World
-from agentrl.environments._protocol import Status
+from agentrl.environments.tasks.alfworld.scene import TASK_TYPES, Scene, generate
+from agentrl.environments.tasks.alfworld.task import AlfworldTask
+from agentrl.environments.tasks.alfworld.world import NOTHING, Outcome, World
 from tests.unit.test_alfworld import _act, _bedroom, _kitchen
 
 

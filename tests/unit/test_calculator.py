@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrl.environments import make_task
-from agentrl.environments._calculator import CalculatorTask
 from agentrl.environments._protocol import Status
+from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.messages import ChatMessage
 
 

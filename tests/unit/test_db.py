@@ -13,9 +13,9 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._dbbackend import MySQLDatabase, parse_database_url
-from agentrl.environments._dbbench import ItemError, load_items, user_prompt
 from agentrl.environments._protocol import InfraError, SampleError, SessionClosed, Status
+from agentrl.environments.tasks.db.backend import MySQLDatabase, parse_database_url
+from agentrl.environments.tasks.db.task import ItemError, load_items, user_prompt
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
@@ -258,7 +258,7 @@ def test_bad_data_is_reported_with_where_it_is(tmp_path):
     bad.write_text("not json\n")
     with pytest.raises(ItemError, match=r"bad.jsonl:1: not JSON"):
         load_items(bad)
-    builtin = resources.files("agentrl.environments").joinpath("data/db_builtin.jsonl")
+    builtin = resources.files("agentrl.environments.tasks.db").joinpath("data/db_builtin.jsonl")
     item = json.loads(builtin.read_text().splitlines()[5])  # the INSERT item
     item["label"] = ["INSERT INTO nowhere VALUES (1)"]
     good = tmp_path / "gold-fails.jsonl"

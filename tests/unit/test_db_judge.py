@@ -1,4 +1,4 @@
-"""The db task's judge (`_dbjudge`) and SQLite dialect (`_dbdialect`) against AgentBench.
+"""The db task's judge (`tasks.db.judge`) and SQLite dialect (`tasks.db.dialect`), as AgentBench.
 
 Expected values come from THUDM/AgentBench src/server/tasks/dbbench/result_processor.py
 (cited per test) and were worked by hand from its rules.
@@ -10,9 +10,9 @@ import hashlib
 
 import pytest
 
-from agentrl.environments._dbbackend import SQLiteDatabase, mysql_collation
-from agentrl.environments._dbdialect import to_sqlite
-from agentrl.environments._dbjudge import clean_answer, normalize, same_answers, table_hash
+from agentrl.environments.tasks.db.backend import SQLiteDatabase, mysql_collation
+from agentrl.environments.tasks.db.dialect import to_sqlite
+from agentrl.environments.tasks.db.judge import clean_answer, normalize, same_answers, table_hash
 
 
 def test_values_are_normalized_as_agentbench_normalizes_them():

@@ -1,4 +1,4 @@
-"""The db task's train/test split and its generated levels (`_db_levels`, `_graded`)."""
+"""The db task's train/test split and its generated levels (`tasks.db.levels`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._dbitems import content_key, load_items
-from agentrl.environments._split import check_disjoint
+from agentrl.environments.tasks.db.items import content_key, load_items
+from agentrl.environments.tasks.toolkit.split import check_disjoint
 from agentrl.messages import ChatMessage, ToolCall
 
 AGENTBENCH_DB = (

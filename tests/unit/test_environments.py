@@ -22,8 +22,8 @@ from agentrl.environments import (
     register_task,
     task_names,
 )
-from agentrl.environments._arith import CalcError, evaluate
-from agentrl.environments._calculator import CalculatorTask
+from agentrl.environments.tasks.calculator.arith import CalcError, evaluate
+from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.messages import ChatMessage
 
 # --- protocol and registry ------------------------------------------------------------
@@ -169,6 +169,7 @@ def test_oracle_agent_solves_every_instance():
     assert {s.metrics["env/level"] for s in steps} == {1.0, 2.0, 3.0}
     assert steps[0].metrics == {
         "env/turns": 2.0,
+        "env/bad_calls": 0.0,
         "env/calls": 2.0,
         "env/level": 1.0,
         "env/success": 1.0,

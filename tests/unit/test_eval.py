@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.actors._fakes import ScriptedEngine
 from agentrl.environments import ChatFormat, register_task
-from agentrl.environments._calculator import CalculatorTask
+from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.ops import EvalError, cli_agentrl, evaluate, format_table
 from agentrl.ops._eval import with_split
 from agentrl.trainer import resolve_model

@@ -13,17 +13,17 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import agent_message, check
-from agentrl.environments._kg import CHECK_AGENTS, KGTask, f1_score
-from agentrl.environments._kg_backend import RDFBackend, SPARQLBackend, load_graph
-from agentrl.environments._kg_data import PARAMS, ItemError, load_items, parse_action
 from agentrl.environments._protocol import InfraError, SessionClosed, Status
+from agentrl.environments.tasks.kg.backend import RDFBackend, SPARQLBackend, load_graph
+from agentrl.environments.tasks.kg.items import PARAMS, ItemError, load_items, parse_action
+from agentrl.environments.tasks.kg.task import CHECK_AGENTS, KGTask, f1_score
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
 AGENTBENCH_KG = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "knowledgegraph" / "dev.json"
 )
-BUILTIN = Path(__file__).resolve().parents[2] / "environments" / "data" / "kg_builtin.json"
+BUILTIN = Path(__file__).resolve().parents[2] / "environments/tasks/kg/data/kg_builtin.json"
 
 
 def _say(*calls: tuple[str, dict]) -> ChatMessage:

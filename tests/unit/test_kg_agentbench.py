@@ -13,8 +13,8 @@ import json
 import pytest
 
 from agentrl.environments import make_task
-from agentrl.environments._kg_prompt import INSTRUCTIONS, ONE_SHOT, TOOLS
 from agentrl.environments._protocol import Status
+from agentrl.environments.tasks.kg.prompt import INSTRUCTIONS, ONE_SHOT, TOOLS
 from agentrl.messages import ChatMessage, ToolCall
 
 SILVER_HARBOR = "Silver Harbor"  # item 0 (kg_builtin_00), id m.0kf01, gold {m.0kp01}
@@ -225,7 +225,8 @@ def test_argmax_and_argmin_compare_numbers_and_dates():
 def test_the_text_answer():
     """task.py lines 100-130: only a message without tool calls is read; its text before
     ``Observation:``, ``\\_`` read as ``_``, the first ``(?:Find|Final) Answer: #(\\d+)``
-    (one space); reward the F1 (lines 113-121, 215-232); an undefined variable ends the
+    (one space); reward 1 for an exact match, else 0, and the F1 as its score (lines
+    116-121, 215-232); ``reward: f1`` rewards the F1; an undefined variable ends the
     episode AGENT_VALIDATION_FAILED (lines 124-126)."""
     env = _env()
     index = next(i for i in range(env.num_instances) if env.item(i).qid == "kg_builtin_06")
@@ -244,7 +245,15 @@ def test_the_text_answer():
         s, ChatMessage("assistant", "Thought: so.\nFind Answer: #1 Final Answer: #0")
     )
     assert (step.status, step.finish) == (Status.COMPLETED, True)
-    assert step.reward == pytest.approx(0.5) and step.metrics["env/success"] == 0.0
+    assert step.reward == 0.0 and step.metrics["env/success"] == 0.0
+    assert step.metrics["env/f1"] == pytest.approx(0.5)
+    f1_env = _env(reward="f1")
+    s = f1_env.start(index).session
+    _do(f1_env, s, "get_neighbors", {"variable": "m.0kc04", "relation": languages})
+    step = f1_env.interact(s, ChatMessage("assistant", "Final Answer: #0"))
+    assert (step.status, step.reward) == (Status.COMPLETED, pytest.approx(0.5))
+    with pytest.raises(ValueError, match="reward must be"):
+        _env(reward="partial")
     s = env.start(index).session
     step = env.interact(s, ChatMessage("assistant", "Thought.\nObservation: Final Answer: #0"))
     assert [m.content for m in step.messages] == [NO_CALL]  # only before "Observation:"

@@ -1,4 +1,4 @@
-"""The kg task's train/test split and its generated levels (`_kg_levels`, `_graded`)."""
+"""The kg task's train/test split and its generated levels (`tasks.kg.levels`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._kg_data import content_key
-from agentrl.environments._split import check_disjoint
+from agentrl.environments.tasks.kg.items import content_key
+from agentrl.environments.tasks.toolkit.split import check_disjoint
 from agentrl.messages import ChatMessage
 
 
@@ -25,7 +25,7 @@ def test_train_and_test_split_the_built_in_set_without_overlap():
 @pytest.mark.parametrize(("level", "distinct"), [(0, 80), (1, 250)])
 def test_generated_levels_are_disjoint_and_deterministic(level, distinct):
     """Level 0 draws from the built-in graph's 132 one-hop paths, level 1 from its 404
-    two-hop ones (`_kg_levels`): about three quarters of them are training instances."""
+    two-hop ones (`tasks.kg.levels`): about three quarters of them are training instances."""
     train = make_task("kg", levels=[level], split="train", generated=1500)
     test = make_task("kg", levels=[level], split="test", generated=1500)
     train_keys, test_keys = _keys(train), _keys(test)
@@ -64,8 +64,8 @@ def test_level_answers_leave_out_the_start_as_agentbench_queries_do():
     """A variable's query drops the entities its program names (AgentBench's
     ``utils/logic_form_util.py`` line 675), so a level's gold answer never holds the
     entity it starts at, and every path counted has a non-empty answer."""
-    from agentrl.environments._kg_backend import RDFBackend, load_graph
-    from agentrl.environments._kg_levels import HopPaths
+    from agentrl.environments.tasks.kg.backend import RDFBackend, load_graph
+    from agentrl.environments.tasks.kg.levels import HopPaths
 
     paths = HopPaths(RDFBackend(load_graph()))
     assert (paths.count(0), paths.count(1)) == (132, 404)

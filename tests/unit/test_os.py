@@ -18,10 +18,10 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._os_tools import TRUNCATED, observation
-from agentrl.environments._osdata import ItemError, load_items
 from agentrl.environments._protocol import SessionClosed, Status
-from agentrl.environments._sandbox import docker_available
+from agentrl.environments.tasks.os.items import ItemError, load_items
+from agentrl.environments.tasks.os.sandbox import docker_available
+from agentrl.environments.tasks.os.tools import TRUNCATED, observation
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env
 
@@ -252,8 +252,8 @@ def test_a_container_that_fails_to_start_is_removed(monkeypatch):
     create, then start): the created container is removed before SandboxError."""
     import docker.errors
 
-    from agentrl.environments import _docker_sandbox
-    from agentrl.environments._sandbox import Limits, SandboxError
+    from agentrl.environments.tasks.os import docker_sandbox as _docker_sandbox
+    from agentrl.environments.tasks.os.sandbox import Limits, SandboxError
 
     made = []
 
@@ -305,8 +305,8 @@ def test_a_check_output_that_cannot_be_an_argument_fails_the_judging(tmp_path):
 
 
 def test_train_and_test_split_the_built_in_set_by_content():
-    from agentrl.environments._osdata import content_key
-    from agentrl.environments._split import check_disjoint
+    from agentrl.environments.tasks.os.items import content_key
+    from agentrl.environments.tasks.toolkit.split import check_disjoint
 
     envs = {s: make_task("os", split=s, sandbox="bwrap") for s in ("train", "test", "all")}
     keys = {s: [content_key(e.item(i)) for i in range(e.num_instances)] for s, e in envs.items()}

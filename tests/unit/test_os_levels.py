@@ -1,4 +1,4 @@
-"""The os task's generated levels (`_os_levels`, `_graded`): split, determinism, oracle."""
+"""The os task's generated levels (`tasks.os.levels`): split, determinism, oracle."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from agentrl.environments import make_task
 from agentrl.environments._check import check
-from agentrl.environments._os_levels import make_level
-from agentrl.environments._os_tools import QUESTION
-from agentrl.environments._osdata import content_key
-from agentrl.environments._split import check_disjoint
+from agentrl.environments.tasks.os.items import content_key
+from agentrl.environments.tasks.os.levels import make_level
+from agentrl.environments.tasks.os.tools import QUESTION
+from agentrl.environments.tasks.toolkit.split import check_disjoint
 from agentrl.messages import ChatMessage, ToolCall
 
 needs_bwrap = pytest.mark.skipif(
@@ -27,7 +27,7 @@ def _keys(env) -> list[str]:
 
 
 def _questions(env) -> list[tuple[str, str]]:
-    """The split key of `_os_levels`: question and expected answer, without the other files."""
+    """The split key of `tasks.os.levels`: question and expected answer, without the other files."""
     return [(env.item(i).description, env.item(i).match.answer) for i in range(env.num_instances)]
 
 

@@ -21,8 +21,8 @@ from agentrl.actors._episode import sample_error_trajectory
 from agentrl.actors._learner import _untrained
 from agentrl.environments import SampleError, make_task
 from agentrl.environments._check import check
-from agentrl.environments._os_tools import QUESTION, SYSTEM_PROMPT, TOOLS
-from agentrl.environments._osdata import ItemError, load_items, scripts_root
+from agentrl.environments.tasks.os.items import ItemError, load_items, scripts_root
+from agentrl.environments.tasks.os.tools import QUESTION, SYSTEM_PROMPT, TOOLS
 from agentrl.messages import ChatMessage, EpisodeRequest, ToolCall
 
 MIRROR = Path("/work/.mirror/THUDM+AgentBench/repo")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.environments._sandbox import (
+from agentrl.environments.tasks.os.sandbox import (
     RunResult,
     SandboxError,
     choose_backend,
@@ -139,7 +139,7 @@ def _host_pids(needle: str) -> list[int]:
 
 
 def test_a_sandbox_that_cannot_start_leaves_no_descriptor(monkeypatch):
-    from agentrl.environments._bwrap import BwrapSandbox
+    from agentrl.environments.tasks.os.bwrap import BwrapSandbox
 
     def refuse(self, argv, **kwargs):
         raise OSError("cannot run bwrap")

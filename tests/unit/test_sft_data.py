@@ -12,7 +12,7 @@ import pytest
 from agentrl.actors import EpisodeLimits, RolloutActor, SamplerActor, TopologySpec
 from agentrl.actors._fakes import ScriptedEngine
 from agentrl.environments import ChatFormat, make_task, register_task
-from agentrl.environments._calculator import CalculatorTask
+from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.messages import EpisodeRequest, Topology, Trajectory, connect, decode, encode
 from agentrl.messages._memory import reset_memory_broker
 from agentrl.ops import _sft_data

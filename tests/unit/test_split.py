@@ -2,7 +2,12 @@
 
 import pytest
 
-from agentrl.environments._split import check_disjoint, check_split, in_split, split_items
+from agentrl.environments.tasks.toolkit.split import (
+    check_disjoint,
+    check_split,
+    in_split,
+    split_items,
+)
 
 
 def test_train_and_test_partition_the_items():

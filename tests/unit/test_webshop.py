@@ -13,24 +13,24 @@ import pytest
 from agentrl.environments import make_task
 from agentrl.environments._check import check
 from agentrl.environments._protocol import InfraError, SessionClosed, Status
-from agentrl.environments._webshop import (
-    CHECK_AGENTS,
-    LIMIT_REACHED,
-    NO_TOOL_CALL,
-    NO_VALID_CALL,
-)
-from agentrl.environments._webshop_catalogue import (
+from agentrl.environments.tasks.webshop.catalogue import (
     CatalogueError,
     Goal,
     Product,
     load_catalogue,
     load_goals,
 )
-from agentrl.environments._webshop_reward import (
+from agentrl.environments.tasks.webshop.reward import (
     normalize_color,
     purchase_reward,
     token_set_ratio,
     type_reward,
+)
+from agentrl.environments.tasks.webshop.task import (
+    CHECK_AGENTS,
+    LIMIT_REACHED,
+    NO_TOOL_CALL,
+    NO_VALID_CALL,
 )
 from agentrl.messages import ChatMessage, ToolCall
 from agentrl.ops import cli_env

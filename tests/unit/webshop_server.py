@@ -14,14 +14,14 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agentrl.environments._webshop_catalogue import (
+from agentrl.environments.tasks.webshop.catalogue import (
     Goal,
     Product,
     SearchIndex,
     load_catalogue,
     load_goals,
 )
-from agentrl.environments._webshop_reward import purchase_reward
+from agentrl.environments.tasks.webshop.reward import purchase_reward
 
 _q = urllib.parse.quote
 

@@ -1,0 +1,59 @@
+"""Scripted agents of the ``webshop`` task for `agentrl-env check` and demos."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from agentrl.environments.tasks.webshop.levels import FULL
+from agentrl.environments.tasks.webshop.reward import token_set_ratio
+from agentrl.environments.tasks.webshop.site import BUY, NEXT, PRODUCT_WINDOW
+from agentrl.messages import ToolCall
+
+if TYPE_CHECKING:
+    from agentrl.environments.tasks.webshop.task import WebShopTask
+
+__all__ = ["SCRIPTS"]
+
+
+def _call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
+
+
+def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
+    """Search with the instruction (the exact title below the full level), page to the
+    target, pick the goal's options, buy."""
+    goal = env.goal(index)
+    keywords = goal.instruction if env.level(index) == FULL else goal.name
+    yield _call("search_action", keywords=keywords)
+    results = env.search(keywords)
+    position = results.index(goal.asin) if goal.asin in results else 0
+    for _ in range(position // PRODUCT_WINDOW):
+        yield _call("click_action", button=NEXT)
+    yield _call("click_action", button=goal.asin)
+    values = [v for group in env.product(goal.asin).options.values() for v in group]
+    for wanted in goal.options:
+        best = max(
+            values,
+            key=lambda v: (v.lower() == wanted.lower(), token_set_ratio(v, wanted)),
+            default=None,
+        )
+        if best is not None:
+            yield _call("click_action", button=best)
+    yield _call("click_action", button=BUY)
+
+
+def _random(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
+    """Search with the instruction, buy a random first-page result as it comes."""
+    goal = env.goal(index)
+    yield _call("search_action", keywords=goal.instruction)
+    results = env.search(goal.instruction)[:PRODUCT_WINDOW]
+    if results:
+        yield _call("click_action", button=rng.choice(results))
+    yield _call("click_action", button=BUY)
+
+
+SCRIPTS = {"oracle": _oracle, "random": _random}
+"""The oracle and random agents, ``fn(env, index, rng)`` yielding tool calls."""

@@ -1,0 +1,372 @@
+"""The ``webshop`` task: find and buy the product an instruction asks for (WebShop).
+
+An instance is one shopping goal (WebShop, Yao et al. 2022): an instruction such
+as "i am looking for ground coffee that is usda organic and low acid, and flavor
+name vanilla, and price lower than 30.00 dollars". The model browses a shop with
+two tools, as in WebShop and AgentBench:
+
+- ``search_action(keywords)``: only on the search page; shows the first results page.
+- ``click_action(button)``: a clickable of the current page (shown in brackets):
+  a product id, ``Next >``, ``< Prev``, ``Back to Search``, an option value,
+  ``Description``, ``Features``, ``Reviews``, ``Buy Now``.
+
+Pages and observations: see `agentrl.environments.tasks.webshop.site`. An action the
+page does not offer is answered with an ``Invalid action!`` observation and
+counted (``env/invalid_actions``); the episode goes on.
+
+Bad calls follow AgentBench's ``src/server/tasks/webshop/task.py`` (the constants
+cite its lines), as user messages, and the episode goes on: no tool call ->
+``Observation:`` `NO_TOOL_CALL` with the available actions; arguments that are not
+a non-empty JSON object -> `NO_VALID_CALL`, then the last observation again; an
+unknown function -> the last observation again. Only the first call of a message
+is played, with its first argument's value (any key; a non-string is written out
+with ``str``). Counted: ``env/bad_calls``.
+
+Ending: ``Buy Now`` ends the episode ``completed`` with WebShop's reward
+(`agentrl.environments.tasks.webshop.reward`, in [0, 1]) or, at levels 0 and 1, the
+exact one (`agentrl.environments.tasks.webshop.levels`); success means reward 1.0.
+The turn limit (every assistant message counts) without buying ->
+``task_limit_reached``, reward 0, with AgentBench's tool message `LIMIT_REACHED`.
+
+Options:
+
+- ``catalogue=PATH``, ``instructions=PATH``, ``attributes=PATH``: WebShop-format
+  data (`agentrl.environments.tasks.webshop.catalogue`); default the built-in shop
+  (150 products of six types, 30 instructions, ``data/webshop_*.json``).
+- ``server=URL``: browse a running WebShop web app instead of the in-process shop
+  (`agentrl.environments.tasks.webshop.http`); the server computes the reward. Instance
+  ``i`` is the server's goal ``i`` (session id ``..._fixed_i``); ``num_instances``
+  says how many there are (default: the number of local instructions, which
+  should then be the server's goals for ``describe`` and the oracle to hold).
+- ``levels`` (default ``[2]``, the full task), ``split`` (``train``, ``test`` or
+  ``all``; by product, see `agentrl.environments.tasks.webshop.levels`), ``seed``.
+  With a server, level 2 only, and the split is a seeded hash of the goal number.
+- ``max_turns`` (default: the level's, 20 for the full task as AgentBench),
+  ``timeout`` (seconds per HTTP request, default 30).
+
+Sessions share only read-only data (products, goals, the search index); each
+holds its own site, so sessions in different threads need no lock.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from agentrl.environments._protocol import Start, Status, Step
+from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.environments.tasks.toolkit.episode import begin_turn, end_episode
+from agentrl.environments.tasks.toolkit.levels import CycledLevels
+from agentrl.environments.tasks.toolkit.split import check_split, split_items
+from agentrl.environments.tasks.webshop.agents import SCRIPTS
+from agentrl.environments.tasks.webshop.catalogue import (
+    Goal,
+    Product,
+    SearchIndex,
+    load_catalogue,
+    load_goals,
+)
+from agentrl.environments.tasks.webshop.http import HttpSite
+from agentrl.environments.tasks.webshop.levels import (
+    FULL,
+    LEVEL_TURNS,
+    LEVELS,
+    exact_reward,
+    level_goals,
+    split_asins,
+)
+from agentrl.environments.tasks.webshop.reward import purchase_reward
+from agentrl.environments.tasks.webshop.site import InvalidAction, LocalSite, Page
+from agentrl.messages import ChatMessage
+
+__all__ = ["CHECK_AGENTS", "LIMIT_REACHED", "NO_TOOL_CALL", "NO_VALID_CALL", "WebShopTask"]
+
+
+SYSTEM_PROMPT = (
+    "You are shopping on a web shop for a customer. The page text separates its parts "
+    "with [SEP] and shows clickable elements in brackets, like [Buy Now]. On the search "
+    "page, call search_action with keywords. On other pages, call click_action with the "
+    "exact text of a clickable: a product id from the results, 'Next >' or '< Prev' to "
+    "page, an option value such as a color or size to choose it, 'Description', "
+    "'Features' or 'Reviews' to read more, 'Back to Search', and 'Buy Now' to buy the "
+    "product with the options you chose. Buying ends the task; you are scored on how "
+    "well the product, its options and its price fit the instruction."
+)
+
+TOOLS: list[dict] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_action",
+            "description": "Search the shop (only on the search page).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "keywords": {
+                        "type": "string",
+                        "description": "The search keywords.",
+                        "examples": ["organic ground coffee vanilla"],
+                    }
+                },
+                "required": ["keywords"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "click_action",
+            "description": "Click a clickable element shown in brackets on the current page.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "button": {
+                        "type": "string",
+                        "description": "The clickable's text, e.g. a product id or 'Buy Now'.",
+                        "examples": ["Next >", "Buy Now"],
+                    }
+                },
+                "required": ["button"],
+            },
+        },
+    },
+]
+
+NO_TOOL_CALL = "No executable tool calls found! You should call a tool instead."
+"""The observation after a message without a tool call (AgentBench webshop/task.py:95)."""
+
+NO_VALID_CALL = "No valid tool call found from agent."
+"""The user reply to a call whose arguments cannot be read (AgentBench webshop/task.py:113)."""
+
+_TOOL_NAMES = ("search_action", "click_action")
+
+LIMIT_REACHED = "Task limit reached."
+"""The tool message that ends an episode at the turn limit (AgentBench webshop/task.py:144)."""
+
+
+@dataclass(slots=True)
+class _Session:
+    site: LocalSite | HttpSite
+    index: int
+    level: int
+    max_turns: int
+    observation: str
+    """The last observation shown (AgentBench repeats it after an unusable call)."""
+    turns: int = 0
+    searches: int = 0
+    clicks: int = 0
+    invalid: int = 0
+    bad_calls: int = 0
+    last_call: str | None = None
+    """The id of the last call played (AgentBench's ``call_id``)."""
+    done: bool = False
+
+
+class WebShopTask(CycledLevels):
+    """The WebShop environment (registered as ``webshop``)."""
+
+    def __init__(
+        self,
+        *,
+        catalogue: str | None = None,
+        instructions: str | None = None,
+        attributes: str | None = None,
+        server: str | None = None,
+        num_instances: int | None = None,
+        max_turns: int | None = None,
+        timeout: float = 30.0,
+        split: str = "train",
+        seed: int = 0,
+        levels: list[int] | tuple[int, ...] | None = None,
+    ) -> None:
+        if max_turns is not None and max_turns < 1:
+            raise ValueError("webshop: max_turns must be >= 1")
+        if num_instances is not None and server is None:
+            raise ValueError("webshop: num_instances is for server=URL only")
+        self._levels = tuple(levels) if levels is not None else (FULL,)
+        if not self._levels or any(lv not in LEVELS for lv in self._levels):
+            raise ValueError(f"webshop: levels must be a non-empty list of {LEVELS}")
+        if server is not None and self._levels != (FULL,):
+            raise ValueError(f"webshop: a server plays level {FULL} only")
+        self._split = check_split(split, "webshop")
+        self._products = load_catalogue(catalogue, attributes)
+        self._goals = load_goals(instructions, self._products)
+        self._index = SearchIndex(self._products)
+        self._server = server.rstrip("/") if server else None
+        self._max_turns = max_turns
+        self._task, self._level_turns = "webshop", LEVEL_TURNS
+        self._timeout = timeout
+        self._numbers: list[int] = []
+        """Server goal numbers in the split (server only)."""
+        self._by_level: dict[int, list[Goal]] = {}
+        if self._server is not None:
+            total = num_instances if num_instances is not None else len(self._goals)
+            numbers = list(range(total))
+            keys = [f"goal:{n}" for n in numbers]
+            self._numbers = split_items(numbers, keys, self._split, seed)
+            self._count = len(self._numbers)
+            return
+        asins = split_asins(self._products, self._split, seed)
+        for level in self._levels:
+            found = level_goals(level, self._products, self._goals, asins, self._split, seed)
+            if not found:
+                raise ValueError(f"webshop: level {level} has no instance in split {split!r}")
+            self._by_level[level] = found
+        self._count = len(self._levels) * max(len(g) for g in self._by_level.values())
+
+    @property
+    def tools(self) -> list[dict]:
+        return copy.deepcopy(TOOLS)
+
+    def goal(self, index: int) -> Goal:
+        """The local goal of instance ``index`` (with a server: the local goal of its number)."""
+        level = self.level(index)
+        if self._server is not None:
+            number = self._numbers[index]
+            if number >= len(self._goals):
+                raise IndexError(f"webshop: no local goal {number} ({len(self._goals)} known)")
+            return self._goals[number]
+        goals = self._by_level[level]
+        return goals[(index // len(self._levels)) % len(goals)]
+
+    def describe(self, index: int) -> str:
+        if self._server is not None and self._numbers[index] >= len(self._goals):
+            return f"[server goal {self._numbers[index]}]"
+        goal = self.goal(index)
+        return f"[level {self.level(index)}, {goal.asin}] {goal.instruction[:80]!r}"
+
+    def search(self, keywords: str) -> list[str]:
+        """The product ids the in-process shop lists for ``keywords``, best first."""
+        return self._index.search(keywords)
+
+    def product(self, asin: str) -> Product:
+        """A product of the in-process catalogue (KeyError for an unknown id)."""
+        return self._products[asin]
+
+    def start(self, index: int) -> Start:
+        level = self.level(index)
+        if self._server is None:
+            judge = purchase_reward if level == FULL else exact_reward
+            site: LocalSite | HttpSite = LocalSite(
+                self._products, self._index, self.goal(index), judge
+            )
+        else:
+            site = HttpSite(self._server, self._numbers[index], timeout=self._timeout)
+        messages = [
+            ChatMessage(role="system", content=SYSTEM_PROMPT),
+            ChatMessage(role="user", content=site.page.text),
+        ]
+        session = _Session(site, index, level, self.turn_limit(level), site.page.text)
+        return Start(session=session, messages=messages)
+
+    def interact(self, session: _Session, message: ChatMessage) -> Step:
+        begin_turn("webshop", session)
+        # AgentBench injects `now` in this round and `later` at the start of the next one,
+        # so at the turn limit only `now` is sent.
+        now: list[ChatMessage] = []
+        later: list[ChatMessage] = []
+        args = call_arguments(message.tool_calls[0]) if message.tool_calls else None
+        known = bool(message.tool_calls) and message.tool_calls[0].name in _TOOL_NAMES
+        if not message.tool_calls:
+            session.bad_calls += 1
+            session.observation = NO_TOOL_CALL
+            later.append(self._observation(session))
+        elif args is None or (known and not args):  # json.loads/.values() or [0] fails
+            session.bad_calls += 1
+            now.append(ChatMessage(role="user", content=NO_VALID_CALL))
+            later.append(self._observation(session))
+        elif not known:
+            session.bad_calls += 1
+            later.append(self._observation(session))
+        else:
+            call = message.tool_calls[0]
+            value = next(iter(args.values()))
+            session.last_call = call.id
+            try:
+                page = self._act(
+                    session, call.name, value if isinstance(value, str) else str(value)
+                )
+            except InvalidAction as exc:
+                session.invalid += 1
+                session.observation = f"Invalid action! {exc}. {_hint(session)}"
+            else:
+                session.observation = page.text
+                if page.kind == "done":
+                    reply = [tool_reply(call, page.text)]
+                    return self._end(session, Status.COMPLETED, "bought", reply, page=page)
+            later.append(tool_reply(call, session.observation))
+        if session.turns >= session.max_turns:
+            limit = ChatMessage(role="tool", content=LIMIT_REACHED, tool_call_id=session.last_call)
+            return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", [*now, limit])
+        return Step(messages=now + later, status=Status.RUNNING, reward=0.0, finish=False)
+
+    @staticmethod
+    def _observation(session: _Session) -> ChatMessage:
+        """AgentBench's user message after a round without an action (webshop/task.py:75-78)."""
+        page = session.site.page
+        clickables = ["search"] if page.has_search_bar else list(page.clickables)
+        available = {"has_search_bar": page.has_search_bar, "clickables": clickables}
+        text = f"Observation:\n{session.observation}\n\nAvailable Actions:\n{available}"
+        return ChatMessage(role="user", content=text)
+
+    def cancel(self, session: _Session) -> None:
+        if not session.done:
+            session.done = True
+            session.site.close()
+
+    def _act(self, session: _Session, tool: str, value: str) -> Page:
+        if tool == "search_action":
+            page = session.site.search(value)
+            session.searches += 1
+        else:
+            page = session.site.click(value)
+            session.clicks += 1
+        return page
+
+    def _end(
+        self,
+        session: _Session,
+        status: Status,
+        why: str,
+        replies: list[ChatMessage] | None = None,
+        *,
+        page: Page | None = None,
+    ) -> Step:
+        session.site.close()
+        reward = page.reward if page is not None and page.reward is not None else 0.0
+        metrics = {
+            "env/searches": float(session.searches),
+            "env/clicks": float(session.clicks),
+            "env/invalid_actions": float(session.invalid),
+            "env/purchased": float(page is not None),
+        }
+        parts = page.parts if page is not None else None
+        if parts is not None:
+            metrics["env/r_type"] = parts.r_type
+            metrics["env/r_attr"] = parts.attr_matches / max(1, parts.n_attributes)
+            metrics["env/r_price"] = float(parts.price_ok)
+            if parts.n_options:
+                metrics["env/r_option"] = parts.option_matches / parts.n_options
+        return end_episode(
+            "webshop",
+            session,
+            status,
+            why,
+            replies,
+            level=session.level,
+            success=reward >= 1.0,
+            reward=reward,
+            metrics=metrics,
+        )
+
+
+def _hint(session: _Session) -> str:
+    page = session.site.page
+    if page.has_search_bar:
+        return "On the search page, use search_action."
+    shown = ", ".join(page.clickables)
+    return f"Clickables here: {shown}."
+
+
+CHECK_AGENTS = SCRIPTS
+"""Scripted agents for `agentrl-env check` (see agentrl.environments._check)."""
