@@ -157,14 +157,20 @@ def evaluate(
     if code != 0:
         raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
     report = json.loads(out.with_suffix(".json").read_text())
+    return summary(report, weights, time.monotonic() - start, ["agentrl", *argv])
+
+
+def summary(report: dict, checkpoint: str, seconds: float, argv: list[str]) -> dict[str, Any]:
+    """What an arm keeps of an ``agentrl eval --out`` report."""
+    tasks = report["tasks"].items()
     return {
-        "checkpoint": weights,
-        "seconds": time.monotonic() - start,
-        "argv": ["agentrl", *argv],
-        "pass_rate": {t: r["pass_rate_mean"] for t, r in report["tasks"].items()},
-        "pass_rate_std": {t: r["pass_rate_std"] for t, r in report["tasks"].items()},
-        "reward": {t: r["reward_mean"] for t, r in report["tasks"].items()},
-        "statuses": {t: r["statuses"] for t, r in report["tasks"].items()},
+        "checkpoint": checkpoint,
+        "seconds": seconds,
+        "argv": argv,
+        "pass_rate": {t: r["pass_rate_mean"] for t, r in tasks},
+        "pass_rate_std": {t: r["pass_rate_std"] for t, r in tasks},
+        "reward": {t: r["reward_mean"] for t, r in tasks},
+        "statuses": {t: r["statuses"] for t, r in tasks},
     }
 
 
@@ -176,15 +182,53 @@ def reuse_evaluation(path: Path, model: str) -> dict[str, Any]:
     report = json.loads(Path(path).read_text())
     if report.get("checkpoint") not in (model, str(resolve_model(model))):
         raise SystemExit(f"{path} evaluated {report.get('checkpoint')!r}, not {model!r}")
-    return {
-        "checkpoint": model,
-        "seconds": report.get("seconds", 0.0),
-        "argv": ["reused", str(path)],
-        "pass_rate": {t: r["pass_rate_mean"] for t, r in report["tasks"].items()},
-        "pass_rate_std": {t: r["pass_rate_std"] for t, r in report["tasks"].items()},
-        "reward": {t: r["reward_mean"] for t, r in report["tasks"].items()},
-        "statuses": {t: r["statuses"] for t, r in report["tasks"].items()},
-    }
+    return summary(report, model, report.get("seconds", 0.0), ["reused", str(path)])
+
+
+def reuse_warm_start(
+    source: Path, run_dir: Path, cfg: dict[str, Any], args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The warm start of an earlier arm's run directory ``source``, copied into ``run_dir``
+    (its checkpoint, SFT record and KL reference), so every arm starts RL from the same
+    weights; with its before-RL evaluation when that used the same settings, else None.
+
+    The warm start must have been made for the same model and tasks with ``--sft-steps``
+    and ``--sft-lr`` as given now. Its seconds are those of the source's results file when
+    there is one, else the time from the source's config file to its SFT record (the
+    source arm wrote its config, then ran the SFT)."""
+    source = Path(source)
+    earlier = yaml.safe_load(source.with_suffix(".yaml").read_text())
+    for key in ("model", "tasks"):
+        if earlier.get(key) != cfg.get(key):
+            raise SystemExit(f"{source}: its {key} differ from this arm's; cannot reuse it")
+    record = json.loads((source / "sft.json").read_text())
+    version = int(record["version"])
+    steps = sum(1 for line in (source / "sft.jsonl").read_text().splitlines() if line.strip())
+    if steps != args.sft_steps:
+        raise SystemExit(f"{source}: {steps} SFT steps, not --sft-steps {args.sft_steps}")
+    for name in (f"checkpoints/v{version:06d}", "sft_reference"):
+        shutil.copytree(source / name, run_dir / name)
+    for name in ("sft.json", "sft.jsonl"):
+        shutil.copy2(source / name, run_dir / name)
+    seconds = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
+    sft = {"steps": steps, "seconds": seconds, "version": version, "lr": args.sft_lr}
+    sft["reused_from"] = str(source)
+    report_path = source / f"eval-v{version:06d}.json"
+    if not report_path.exists():
+        return sft, None
+    report = json.loads(report_path.read_text())
+    rollout = cfg.get("rollout", {})
+    same = (report.get("episodes"), report.get("runs"), report.get("seed")) == (
+        args.eval_episodes,
+        args.eval_runs,
+        args.seed,
+    ) and all(report.get(k) == rollout.get(k) for k in ("max_tokens", "max_new_tokens"))
+    if not same:
+        return sft, None
+    shutil.copy2(report_path, run_dir / report_path.name)
+    shutil.copy2(report_path.with_suffix(".md"), run_dir / report_path.with_suffix(".md").name)
+    weights = str(run_dir / f"checkpoints/v{version:06d}")
+    return sft, summary(report, weights, report.get("seconds", 0.0), ["reused", str(report_path)])
 
 
 def warm_start(cfg_path: Path, steps: int, lr: float | None = None) -> float:
@@ -205,7 +249,9 @@ def train(
 ) -> dict[str, Any]:
     """The supervisor in a subprocess, stopped by SIGTERM (it drains) when ``--minutes`` have
     passed or ``--max-steps`` updates are on disk, whichever comes first."""
-    argv = ["agentrl-supervisor", "start", "--config", str(cfg_path), "--progress-every", "60"]
+    # this interpreter's agentrl (a venv's), whether or not its scripts are on PATH
+    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(cfg_path)]
+    argv += ["--progress-every", "60"]
     log_path = run_dir / "supervisor.out"
     start = time.monotonic()
     deadline = start + args.minutes * 60
@@ -278,14 +324,20 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         base = evaluate(cfg, cfg["model"], run_dir / "eval-base.md", args)
         print(f"[{arm}] base model: {base['pass_rate']}", flush=True)
     sft = {"steps": args.sft_steps, "seconds": 0.0, "version": 0, "lr": args.sft_lr}
-    if args.sft_steps:
+    before = None
+    if args.warm_start_from:
+        sft, before = reuse_warm_start(args.warm_start_from, run_dir, cfg, args)
+        print(f"[{arm}] warm start from {args.warm_start_from}: v{sft['version']}", flush=True)
+    elif args.sft_steps:
         sft["seconds"] = warm_start(cfg_path, args.sft_steps, args.sft_lr)
         sft["version"] = max(checkpoints(run_dir), default=0)
         print(f"[{arm}] warm start: {args.sft_steps} steps in {sft['seconds']:.0f} s", flush=True)
     v0 = sft["version"]
     first = checkpoints(run_dir).get(v0)
     weights = str(first) if first else cfg["model"]
-    evals = {v0: evaluate(cfg, weights, run_dir / f"eval-v{v0:06d}.md", args)}
+    if before is None:
+        before = evaluate(cfg, weights, run_dir / f"eval-v{v0:06d}.md", args)
+    evals = {v0: before}
     print(f"[{arm}] before (v{v0}): {evals[v0]['pass_rate']}", flush=True)
     rl = train(cfg_path, run_dir, args, v0)
     found = checkpoints(run_dir)
@@ -333,6 +385,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=40.0, help="RL wall clock per arm")
     parser.add_argument("--max-steps", type=int, help="also stop after N RL updates")
     parser.add_argument("--sft-steps", type=int, default=0, help="warm start steps (0 = none)")
+    parser.add_argument(
+        "--warm-start-from",
+        type=Path,
+        help="reuse the warm start (and its evaluation) of an earlier arm's run directory",
+    )
     parser.add_argument("--sft-lr", type=float, help="warm start lr (default: learner.lr)")
     parser.add_argument(
         "--eval-base", action="store_true", help="also evaluate the model as shipped first"

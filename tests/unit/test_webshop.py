@@ -14,12 +14,14 @@ from agentrl.environments import make_task
 from agentrl.environments._check import check
 from agentrl.environments._protocol import InfraError, SessionClosed, Status
 from agentrl.environments.tasks.webshop.catalogue import (
+    BUILTIN_SIZE,
     CatalogueError,
     Goal,
     Product,
     load_catalogue,
     load_goals,
 )
+from agentrl.environments.tasks.webshop.generate import generate_shop
 from agentrl.environments.tasks.webshop.reward import (
     normalize_color,
     purchase_reward,
@@ -63,9 +65,13 @@ def _play(env, index: int, agent: str, seed: int = 0):
     raise AssertionError(f"{agent} did not finish instance {index}")
 
 
+SMALL = {"products_per_type": 25, "goals_per_type": 5}
+"""A small built-in shop (12 types: 300 products, 60 goals) for the tests that play all of it."""
+
+
 @pytest.fixture(scope="module")
 def env():
-    return make_task("webshop", split="all")
+    return make_task("webshop", split="all", **SMALL)
 
 
 @pytest.fixture
@@ -79,7 +85,7 @@ def server():
 
 
 def test_oracle_buys_the_right_thing_everywhere_and_random_never(env):
-    assert env.num_instances == 30
+    assert env.num_instances == 60
     report = check("webshop", env, "oracle")
     assert report.success_rate == 1.0, report.format()
     assert check("webshop", env, "random").successes == 0
@@ -93,8 +99,43 @@ def test_oracle_buys_the_right_thing_everywhere_and_random_never(env):
 
 def test_cli_check_prints_the_oracle_rate(capsys):
     argv = ["check", "--task", "webshop", "--option", "split=all", "--agent", "oracle"]
+    argv += ["--option", "products_per_type=25", "--option", "goals_per_type=5"]
     assert cli_env.main(argv) == 0
-    assert "task webshop, agent oracle: 30/30 succeeded (1.000)" in capsys.readouterr().out
+    assert "task webshop, agent oracle: 60/60 succeeded (1.000)" in capsys.readouterr().out
+
+
+def test_the_built_in_shop_has_thousands_of_products_and_goals():
+    """The default shop: 12 types x 500 products, 12 x 250 goals, titles distinct, the same
+    on every build, and a larger shop holds the smaller one's products."""
+    products, instructions = generate_shop(*BUILTIN_SIZE)
+    assert BUILTIN_SIZE == (500, 250) and (len(products), len(instructions)) == (6000, 3000)
+    assert len({p["name"] for p in products}) == 6000
+    assert len({p["asin"] for p in products}) == 6000
+    generate_shop.cache_clear()
+    again, again_instructions = generate_shop(*BUILTIN_SIZE)
+    assert again == products and again_instructions == instructions
+    small, _ = generate_shop(25, 5)
+    by_asin = {p["asin"]: p for p in products}
+    assert all(by_asin[p["asin"]] == p for p in small)
+    env = make_task("webshop", split="all")
+    assert env.num_instances == 3000 and len(env.goal(0).instruction) > 40
+    with pytest.raises(ValueError, match="goals_per_type"):
+        make_task("webshop", products_per_type=5, goals_per_type=6)
+    with pytest.raises(ValueError, match="instructions=PATH"):
+        make_task("webshop", catalogue="items.json")
+
+
+def test_the_oracle_finds_goals_beyond_the_first_hits_in_the_big_shop():
+    """With 500 products a type, an instruction's target can miss the top 50 hits: the
+    oracle then searches its title; every 50th goal of the default shop, all bought."""
+    env = make_task("webshop", split="all")
+    misses = 0
+    for index in range(0, env.num_instances, 50):
+        goal = env.goal(index)
+        misses += goal.asin not in env.search(goal.instruction)
+        step = _play(env, index, "oracle")
+        assert (step.status, step.reward) == (Status.COMPLETED, 1.0), index
+    assert misses >= 1  # the refined search is exercised
 
 
 # --- a session step by step ----------------------------------------------------------
@@ -105,23 +146,23 @@ def test_a_session_step_by_step(env):
     start = env.start(0)
     assert [m.role for m in start.messages] == ["system", "user"]
     assert goal.instruction in start.messages[1].content
-    assert goal.instruction.endswith("and price lower than 70.00 dollars")
+    assert goal.instruction.endswith("and price lower than 50.00 dollars")
 
     step = env.interact(start.session, _click("Buy Now"))  # nothing to click on the search page
     assert step.status == Status.RUNNING
     assert step.messages[0].content.startswith("Invalid action!")
     assert "search_action" in step.messages[0].content
 
-    step = env.interact(start.session, _search("sneakers"))
+    step = env.interact(start.session, _search("sneakers shoes"))
     page1 = step.messages[0].content
-    assert "Page 1 (Total results: 13)" in page1 and "[Next >]" in page1
+    assert "Page 1 (Total results: 25)" in page1 and "[Next >]" in page1
     assert "[< Prev]" not in page1
     step = env.interact(start.session, _search("more sneakers"))  # no search bar here
     assert step.messages[0].content.startswith("Invalid action!")
-    results = env.search("sneakers")
+    results = env.search("sneakers shoes")
     # page through to the target, then back and forth
     page_of_target = results.index(goal.asin) // 10
-    assert page_of_target == 1  # "sneakers" lists the target 12th: on page 2
+    assert page_of_target == 1  # "sneakers shoes" lists the target 16th: on page 2
     step = env.interact(start.session, _click(goal.asin))  # not on this page
     assert step.messages[0].content.startswith("Invalid action!")
     step = env.interact(start.session, _click("next >"))
@@ -150,7 +191,7 @@ def test_a_session_step_by_step(env):
 
 
 def test_a_partial_purchase_is_a_completed_episode_with_its_reward(env):
-    goal = env.goal(0)  # lace up, machine washable; white, 8.5; under $70 (running sneakers)
+    goal = env.goal(0)  # rubber sole, lightweight; olive, 9; under $50 (fashion sneakers)
     start = env.start(0)
     env.interact(start.session, _search(goal.instruction))
     env.interact(start.session, _click(goal.asin))
@@ -465,9 +506,9 @@ def test_bad_data_names_the_item(tmp_path):
 
 
 def test_the_http_adapter_plays_a_webshop_server(server):
-    env = make_task("webshop", server=server.url, split="all")
+    env = make_task("webshop", server=server.url, split="all", **SMALL)
     assert check("webshop", env, "oracle").success_rate == 1.0
-    assert server.requests > 30 * 4  # every page came over HTTP
+    assert server.requests > 60 * 4  # every page came over HTTP
     goal = env.goal(2)
     start = env.start(2)
     assert "[SEP] Search" in start.messages[1].content
@@ -526,11 +567,11 @@ def test_http_search_keywords_with_a_lone_surrogate_are_sent_replaced(server):
 
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_every_level_is_solved_by_the_oracle_and_rarely_by_random(level):
-    env = make_task("webshop", levels=[level], split="test")
+    env = make_task("webshop", levels=[level], split="test", **SMALL)
     assert check("webshop", env, "oracle").success_rate == 1.0
     # a random first-page product: level 0 observed 1/34 (test) and 6/116 (train); bound 15%
     assert check("webshop", env, "random").success_rate <= (0.15 if level == 0 else 0.0)
-    demo = make_task("webshop", levels=[level], split="test", demo=True)
+    demo = make_task("webshop", levels=[level], split="test", demo=True, **SMALL)
     assert check("webshop", demo, "oracle").success_rate == 1.0
 
 
@@ -586,8 +627,8 @@ def test_train_and_test_never_share_a_product(level):
 def test_a_server_plays_the_full_level_split_by_goal_number(server):
     with pytest.raises(ValueError, match="level 2 only"):
         make_task("webshop", server=server.url, levels=[0])
-    train = make_task("webshop", server=server.url)
-    test = make_task("webshop", server=server.url, split="test")
-    assert train.num_instances + test.num_instances == 30 and test.num_instances >= 1
+    train = make_task("webshop", server=server.url, **SMALL)
+    test = make_task("webshop", server=server.url, split="test", **SMALL)
+    assert train.num_instances + test.num_instances == 60 and test.num_instances >= 1
     train_goals = {train.goal(i).instruction for i in range(train.num_instances)}
     assert not train_goals & {test.goal(i).instruction for i in range(test.num_instances)}

@@ -49,9 +49,11 @@ def _doc(instruction: str, body: str) -> str:
 class FakeWebShop:
     """The fake app: start() serves on 127.0.0.1 (a free port), stop() shuts it down."""
 
-    def __init__(self) -> None:
-        self.products: dict[str, Product] = load_catalogue()
-        self.goals: list[Goal] = load_goals(None, self.products)
+    def __init__(self, builtin: tuple[int, int] = (25, 5)) -> None:
+        """Serves the built-in shop of ``builtin`` (products and goals per type; the tests'
+        small one by default)."""
+        self.products: dict[str, Product] = load_catalogue(builtin=builtin)
+        self.goals: list[Goal] = load_goals(None, self.products, builtin=builtin)
         self.index = SearchIndex(self.products)
         self.sessions: dict[str, Goal] = {}
         self.lock = threading.Lock()

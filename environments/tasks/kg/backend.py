@@ -187,13 +187,16 @@ def _is_value(term: object) -> bool:
 # --- SPARQL over HTTP -----------------------------------------------------------------
 
 _PREFIX = f"PREFIX ns: <{NS}>\nPREFIX xsd: <{XSD}>\n"
+"""Queries name Freebase terms by full IRI (``<NS + name>``), never as ``ns:a.b.c``:
+Freebase names hold several dots, and not every engine's prefixed-name lexer reads them
+(Oxigraph 0.5 refuses ``ns:location.location.area``); a full IRI is read by all."""
 _VALUE_FILTER = "isLiteral(?o) && datatype(?o) IN ({})".format(
     ", ".join(f"<{t}>" for t in sorted(NUMERIC | TEMPORAL))
 )
 
 
 class SPARQLBackend:
-    """A Freebase SPARQL endpoint (``endpoint=URL``), queried with ``ns:`` IRIs.
+    """A Freebase SPARQL endpoint (``endpoint=URL``), queried with full ``ns`` IRIs.
 
     Entity sets are sent as ``VALUES`` blocks of at most ``chunk`` ids per
     query. Transport or server errors raise `InfraError` with the cause chained.
@@ -275,7 +278,7 @@ class SPARQLBackend:
 
     def names(self, entities: Collection[str]) -> dict[str, str]:
         pattern = (
-            "?x ns:type.object.name ?n .\nFILTER (lang(?n) = '' || langMatches(lang(?n), 'en'))"
+            f"?x <{NS}type.object.name> ?n .\nFILTER (lang(?n) = '' || langMatches(lang(?n), 'en'))"
         )
         names: dict[str, str] = {}
         for row in self._select(entities, pattern, "?x ?n"):
@@ -291,7 +294,7 @@ class SPARQLBackend:
         found = None
         if _ID.match(relation):
             rows = self.query(
-                f"{_PREFIX}SELECT ?t WHERE {{ <{NS}{relation}> ns:type.property.expected_type ?t }}"
+                f"{_PREFIX}SELECT ?t WHERE {{ <{NS}{relation}> <{NS}type.property.expected_type> ?t }}"
                 " LIMIT 1"
             )
             found = _ns_local(rows[0].get("t")) if rows else None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrl.environments.tasks.webshop.levels import FULL
 from agentrl.environments.tasks.webshop.reward import token_set_ratio
-from agentrl.environments.tasks.webshop.site import BUY, NEXT, PRODUCT_WINDOW
+from agentrl.environments.tasks.webshop.site import BACK, BUY, NEXT, PRODUCT_WINDOW
 from agentrl.messages import ToolCall
 
 if TYPE_CHECKING:
@@ -23,12 +23,17 @@ def _call(name: str, **arguments: Any) -> ToolCall:
 
 
 def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
-    """Search with the instruction (the exact title below the full level), page to the
-    target, pick the goal's options, buy."""
+    """Search with the instruction (the exact title below the full level); when the target
+    is not among the hits (a catalogue of thousands), go back and search its title; page to
+    the target, pick the goal's options, buy."""
     goal = env.goal(index)
     keywords = goal.instruction if env.level(index) == FULL else goal.name
     yield _call("search_action", keywords=keywords)
     results = env.search(keywords)
+    if goal.asin not in results:
+        yield _call("click_action", button=BACK)
+        yield _call("search_action", keywords=goal.name)
+        results = env.search(goal.name)
     position = results.index(goal.asin) if goal.asin in results else 0
     for _ in range(position // PRODUCT_WINDOW):
         yield _call("click_action", button=NEXT)

@@ -34,13 +34,14 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from agentrl.environments._protocol import EnvError
+from agentrl.environments.tasks.webshop.generate import generate_shop
 
 __all__ = [
+    "BUILTIN_SIZE",
     "CatalogueError",
     "Goal",
     "Product",
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 SEARCH_RETURN_N = 50
+BUILTIN_SIZE = (500, 250)
+"""The built-in shop: products and instructions per type (12 types: 6,000 and 3,000)."""
 _PRICE_STEPS = [10.0 * i for i in range(1, 100)]
 _NO_LIMIT = 1_000_000.0
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -115,15 +118,11 @@ class Goal:
     """The target product's title."""
 
 
-def _read_json(path: str | Path | None, builtin: str, what: str) -> tuple[Any, str]:
-    if path is None:
-        ref = resources.files("agentrl.environments.tasks.webshop").joinpath(f"data/{builtin}")
-        text, where = ref.read_text(), f"built-in {what}"
-    else:
-        try:
-            text, where = Path(path).read_text(), str(path)
-        except OSError as exc:
-            raise CatalogueError(f"{what} {path}: cannot read it ({exc})") from exc
+def _read_json(path: str | Path, what: str) -> tuple[Any, str]:
+    try:
+        text, where = Path(path).read_text(), str(path)
+    except OSError as exc:
+        raise CatalogueError(f"{what} {path}: cannot read it ({exc})") from exc
     try:
         return json.loads(text), where
     except json.JSONDecodeError as exc:
@@ -185,13 +184,20 @@ def _product(raw: Any, attributes: dict[str, Any] | None) -> Product:
 
 
 def load_catalogue(
-    path: str | Path | None = None, attributes: str | Path | None = None
+    path: str | Path | None = None,
+    attributes: str | Path | None = None,
+    *,
+    builtin: tuple[int, int] = BUILTIN_SIZE,
 ) -> dict[str, Product]:
-    """asin -> Product from a catalogue file (the built-in one when ``path`` is None)."""
-    raw, where = _read_json(path, "webshop_items.json", "webshop catalogue")
+    """asin -> Product from a catalogue file; when ``path`` is None, the generated built-in
+    shop of ``builtin = (products_per_type, goals_per_type)`` (`tasks.webshop.generate`)."""
+    if path is None:
+        raw, where = list(generate_shop(*builtin)[0]), "built-in catalogue"
+    else:
+        raw, where = _read_json(path, "webshop catalogue")
     attrs = None
     if attributes is not None:
-        attrs, _ = _read_json(attributes, "", "webshop attributes")
+        attrs, _ = _read_json(attributes, "webshop attributes")
         if not isinstance(attrs, dict):
             raise CatalogueError(f"{attributes}: not an {{asin: {{attributes}}}} object")
     if not isinstance(raw, list):
@@ -226,9 +232,18 @@ def _price_upper(entry: dict, product: Product, seed: str) -> tuple[float, str]:
     return upper, f", and price lower than {upper:.2f} dollars"
 
 
-def load_goals(path: str | Path | None, products: dict[str, Product]) -> list[Goal]:
-    """Goals from an instruction file (the built-in one when ``path`` is None)."""
-    raw, where = _read_json(path, "webshop_instructions.json", "webshop instructions")
+def load_goals(
+    path: str | Path | None,
+    products: dict[str, Product],
+    *,
+    builtin: tuple[int, int] = BUILTIN_SIZE,
+) -> list[Goal]:
+    """Goals from an instruction file; when ``path`` is None, the built-in shop's
+    (``builtin`` as for :func:`load_catalogue`)."""
+    if path is None:
+        raw, where = generate_shop(*builtin)[1], "built-in instructions"
+    else:
+        raw, where = _read_json(path, "webshop instructions")
     if not isinstance(raw, dict):
         raise CatalogueError(f"{where}: not an {{asin: [instructions]}} object")
     goals = []
@@ -276,39 +291,43 @@ def tokens(text: str) -> list[str]:
 
 
 class SearchIndex:
-    """BM25 over the catalogue (read-only after construction, so safe to share)."""
+    """BM25 over the catalogue (read-only after construction, so safe to share).
+
+    Postings per term, so a search costs the documents that hold its terms, not the whole
+    catalogue (thousands of products)."""
 
     K1 = 0.9
     B = 0.4
 
     def __init__(self, products: dict[str, Product]) -> None:
         self._asins = list(products)
-        self._docs: list[Counter[str]] = []
-        for product in products.values():
+        lengths: list[int] = []
+        postings: dict[str, list[tuple[int, int]]] = {}
+        for i, product in enumerate(products.values()):
             text = " ".join(
                 [product.title, product.description, *product.bullet_points, *product.attributes]
             )
-            self._docs.append(Counter(tokens(text)))
-        self._lengths = [sum(doc.values()) for doc in self._docs]
-        self._average = sum(self._lengths) / max(1, len(self._docs))
-        frequency: Counter[str] = Counter()
-        for doc in self._docs:
-            frequency.update(doc.keys())
-        n = len(self._docs)
-        self._idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items()}
+            doc = Counter(tokens(text))
+            lengths.append(sum(doc.values()))
+            for term, tf in doc.items():
+                postings.setdefault(term, []).append((i, tf))
+        average = sum(lengths) / max(1, len(lengths))
+        self._norm = [self.K1 * (1 - self.B + self.B * n / average) for n in lengths]
+        n = len(lengths)
+        self._postings = postings
+        self._idf = {
+            t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in postings.items()
+        }
 
     def search(self, keywords: str, limit: int = SEARCH_RETURN_N) -> list[str]:
         """The asins best matching ``keywords``, best first (ties in catalogue order)."""
-        query = set(tokens(keywords))
-        scored = []
-        for i, doc in enumerate(self._docs):
-            score = 0.0
-            norm = self.K1 * (1 - self.B + self.B * self._lengths[i] / self._average)
-            for term in query:
-                tf = doc.get(term, 0)
-                if tf:
-                    score += self._idf[term] * tf * (self.K1 + 1) / (tf + norm)
-            if score > 0:
-                scored.append((-score, i))
-        scored.sort()
-        return [self._asins[i] for _, i in scored[:limit]]
+        scores: dict[int, float] = {}
+        for term in set(tokens(keywords)):
+            idf = self._idf.get(term)
+            if idf is None:
+                continue
+            for i, tf in self._postings[term]:
+                gain = idf * tf * (self.K1 + 1) / (tf + self._norm[i])
+                scores[i] = scores.get(i, 0.0) + gain
+        ranked = sorted((-score, i) for i, score in scores.items() if score > 0)
+        return [self._asins[i] for _, i in ranked[:limit]]

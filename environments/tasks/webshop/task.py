@@ -31,8 +31,10 @@ The turn limit (every assistant message counts) without buying ->
 Options:
 
 - ``catalogue=PATH``, ``instructions=PATH``, ``attributes=PATH``: WebShop-format
-  data (`agentrl.environments.tasks.webshop.catalogue`); default the built-in shop
-  (150 products of six types, 30 instructions, ``data/webshop_*.json``).
+  data (`agentrl.environments.tasks.webshop.catalogue`); default the built-in shop,
+  generated (`agentrl.environments.tasks.webshop.generate`): twelve product types,
+  ``products_per_type`` (500) products and ``goals_per_type`` (250) instructions per
+  type, 6,000 products and 3,000 instructions by default.
 - ``server=URL``: browse a running WebShop web app instead of the in-process shop
   (`agentrl.environments.tasks.webshop.http`); the server computes the reward. Instance
   ``i`` is the server's goal ``i`` (session id ``..._fixed_i``); ``num_instances``
@@ -60,6 +62,7 @@ from agentrl.environments.tasks.toolkit.levels import CycledLevels
 from agentrl.environments.tasks.toolkit.split import check_split, split_items
 from agentrl.environments.tasks.webshop.agents import SCRIPTS
 from agentrl.environments.tasks.webshop.catalogue import (
+    BUILTIN_SIZE,
     Goal,
     Product,
     SearchIndex,
@@ -171,6 +174,8 @@ class WebShopTask(CycledLevels):
         catalogue: str | None = None,
         instructions: str | None = None,
         attributes: str | None = None,
+        products_per_type: int = BUILTIN_SIZE[0],
+        goals_per_type: int = BUILTIN_SIZE[1],
         server: str | None = None,
         num_instances: int | None = None,
         max_turns: int | None = None,
@@ -189,8 +194,11 @@ class WebShopTask(CycledLevels):
         if server is not None and self._levels != (FULL,):
             raise ValueError(f"webshop: a server plays level {FULL} only")
         self._split = check_split(split, "webshop")
-        self._products = load_catalogue(catalogue, attributes)
-        self._goals = load_goals(instructions, self._products)
+        if catalogue is not None and instructions is None:
+            raise ValueError("webshop: a catalogue=PATH needs its instructions=PATH")
+        builtin = (products_per_type, goals_per_type)
+        self._products = load_catalogue(catalogue, attributes, builtin=builtin)
+        self._goals = load_goals(instructions, self._products, builtin=builtin)
         self._index = SearchIndex(self._products)
         self._server = server.rstrip("/") if server else None
         self._max_turns = max_turns
