@@ -1,0 +1,111 @@
+"""bench/learning.py's reuse of an earlier arm's warm start (``--warm-start-from``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def learning():
+    spec = importlib.util.spec_from_file_location("learning_bench", BENCH / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.path.remove(str(BENCH))  # the bench puts its folder first to import learning_report
+
+
+CFG = {"model": "smollm2", "tasks": {"db": {"options": {"levels": [0]}}}}
+ROLLOUT = {"max_tokens": 2048, "max_new_tokens": 96}
+
+
+def _source(tmp_path: Path, steps: int = 2) -> Path:
+    """A run directory as an arm leaves it after its warm start and first evaluation."""
+    source = tmp_path / "warm" / "learning-full"
+    (source / f"checkpoints/v{steps:06d}").mkdir(parents=True)
+    (source / f"checkpoints/v{steps:06d}/DIGEST").write_text("d\n")
+    (source / "sft_reference").mkdir()
+    (source / "sft_reference/DIGEST").write_text("d\n")
+    config = source.with_suffix(".yaml")
+    config.write_text(yaml.safe_dump({**CFG, "run": "learning-full"}))
+    os.utime(config, (1000.0, 1000.0))  # the arm wrote its config at t = 1000 s
+    record = {"version": steps, "created_at": 1130.0}  # its SFT finished at t = 1130 s
+    (source / "sft.json").write_text(json.dumps(record))
+    (source / "sft.jsonl").write_text("".join(f'{{"step": {i + 1}}}\n' for i in range(steps)))
+    report = {
+        "episodes": 16,
+        "runs": 1,
+        "seed": 0,
+        "seconds": 222.0,
+        **ROLLOUT,
+        "tasks": {
+            "db": {
+                "pass_rate_mean": 0.25,
+                "pass_rate_std": 0.0,
+                "reward_mean": 0.1,
+                "statuses": {"completed": 16},
+            }
+        },
+    }
+    (source / f"eval-v{steps:06d}.json").write_text(json.dumps(report))
+    (source / f"eval-v{steps:06d}.md").write_text("| task |\n")
+    return source
+
+
+def _args(**overrides) -> argparse.Namespace:
+    values = {"sft_steps": 2, "sft_lr": 1e-4, "eval_episodes": 16, "eval_runs": 1, "seed": 0}
+    return argparse.Namespace(**{**values, **overrides})
+
+
+def test_the_warm_start_and_its_evaluation_are_copied(learning, tmp_path):
+    source = _source(tmp_path)
+    run_dir = tmp_path / "runs" / "learning-no-task-norm"
+    run_dir.mkdir(parents=True)
+    cfg = {**CFG, "rollout": ROLLOUT}
+    sft, before = learning.reuse_warm_start(source, run_dir, cfg, _args())
+    assert learning.checkpoints(run_dir) == {2: run_dir / "checkpoints/v000002"}
+    assert (run_dir / "sft_reference/DIGEST").exists() and (run_dir / "sft.json").exists()
+    # seconds: SFT record (1130 s) - config written (1000 s)
+    assert sft == {
+        "steps": 2,
+        "seconds": 130.0,
+        "version": 2,
+        "lr": 1e-4,
+        "reused_from": str(source),
+    }
+    assert before["pass_rate"] == {"db": 0.25} and before["seconds"] == 222.0
+    assert before["checkpoint"] == str(run_dir / "checkpoints/v000002")
+    assert (run_dir / "eval-v000002.json").exists()
+
+
+def test_an_evaluation_with_other_settings_is_not_reused(learning, tmp_path):
+    source = _source(tmp_path)
+    run_dir = tmp_path / "runs" / "a"
+    run_dir.mkdir(parents=True)
+    cfg = {**CFG, "rollout": ROLLOUT}
+    _, before = learning.reuse_warm_start(source, run_dir, cfg, _args(eval_episodes=8))
+    assert before is None
+    run_dir = tmp_path / "runs" / "b"
+    run_dir.mkdir(parents=True)
+    cfg = {**CFG, "rollout": {**ROLLOUT, "max_new_tokens": 64}}
+    assert learning.reuse_warm_start(source, run_dir, cfg, _args())[1] is None
+
+
+def test_a_warm_start_of_other_tasks_or_steps_is_refused(learning, tmp_path):
+    source = _source(tmp_path)
+    run_dir = tmp_path / "runs" / "c"
+    run_dir.mkdir(parents=True)
+    other = {**CFG, "tasks": {"kg": {}}, "rollout": ROLLOUT}
+    with pytest.raises(SystemExit, match="its tasks differ"):
+        learning.reuse_warm_start(source, run_dir, other, _args())
+    with pytest.raises(SystemExit, match="2 SFT steps, not --sft-steps 3"):
+        learning.reuse_warm_start(source, run_dir, {**CFG, "rollout": ROLLOUT}, _args(sft_steps=3))
