@@ -132,13 +132,18 @@ def _describe(env: Environment, index: int) -> str:
 
 
 def _db_oracle(env: DBTask, index: int, rng: random.Random) -> Actions:
+    """Changes: the gold statements, then an empty commit. Queries: the gold query when the
+    item has one (every generated level does), then the label, so that a demo or an SFT
+    episode shows the answer coming from the table, never from nowhere."""
     item = env.item(index)
     if item.mutation:
         for sql in item.label:
             yield _call("execute_sql", query=sql)
         yield _call("commit_final_answer", answers=[])
-    else:
-        yield _call("commit_final_answer", answers=list(item.label))
+        return
+    if item.query:
+        yield _call("execute_sql", query=item.query)
+    yield _call("commit_final_answer", answers=list(item.label))
 
 
 def _db_random(env: DBTask, index: int, rng: random.Random) -> Actions:

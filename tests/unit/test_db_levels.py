@@ -99,3 +99,24 @@ def test_levels_cycle_with_the_index_and_the_full_level_uses_each_item_once():
         make_task("db", levels=[5])
     with pytest.raises(ValueError, match="split"):
         make_task("db", split="dev")
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_the_oracle_queries_before_it_commits(level):
+    """An SFT episode or a demo must show where the answer comes from: the oracle runs the
+    item's gold query, whose rows hold every value it then commits."""
+    import random
+
+    from agentrl.environments._check import scripts_for
+
+    env = make_task("db", levels=[level], generated=20)
+    oracle = scripts_for("db", env)["oracle"]
+    for index in range(10):
+        calls = list(oracle(env, index, random.Random(0)))
+        assert [c.name for c in calls] == ["execute_sql", "commit_final_answer"]
+        start = env.start(index)
+        shown = env.interact(start.session, ChatMessage("assistant", "", [calls[0]]))
+        rows = ast.literal_eval(shown.messages[0].content)
+        answers = json.loads(calls[1].arguments)["answers"]
+        assert sorted(answers) == sorted(str(row[0]) for row in rows)
+        env.cancel(start.session)

@@ -63,6 +63,10 @@ class DBItem:
     the table the gold SQL gives on a fresh copy."""
     level: int = FULL_LEVEL
     """The graded level this item plays (`tasks.db.levels`; data-set items: the full one)."""
+    query: str = ""
+    """A query item's gold SQL (dbbench's ``sql.query``; empty when the item has none): what
+    the oracle runs before it commits the label, so its episodes show where answers come
+    from."""
 
     @property
     def mutation(self) -> bool:
@@ -90,6 +94,7 @@ def parse_item(raw: Any, where: str) -> DBItem:
             add_description=str(raw.get("add_description") or ""),
             evidence=str(raw.get("evidence") or ""),
             answer_md5=str(raw.get("answer_md5") or ""),
+            query=str((raw.get("sql") or {}).get("query") or "") if kind not in MUTATIONS else "",
         )
     except (KeyError, TypeError, IndexError) as exc:
         raise ItemError(f"{where}: not a dbbench item ({type(exc).__name__}: {exc})") from exc

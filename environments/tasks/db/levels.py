@@ -76,6 +76,7 @@ def _level0(rng: random.Random) -> DBItem:
         label=tuple(str(row[asked]) for row in rows),
         add_description=f"The table is named {table}; its columns are {', '.join(columns)}.",
         level=0,
+        query=f"SELECT {columns[asked]} FROM {table}",
     )
 
 
@@ -97,6 +98,7 @@ def _level1(rng: random.Random) -> DBItem:
         label=(str(row[asked]),),
         add_description=f"The table is named {table}; its columns are {', '.join(columns)}.",
         level=1,
+        query=f"SELECT {columns[asked]} FROM {table} WHERE name = '{row[0]}'",
     )
 
 

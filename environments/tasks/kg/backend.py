@@ -294,7 +294,8 @@ class SPARQLBackend:
         found = None
         if _ID.match(relation):
             rows = self.query(
-                f"{_PREFIX}SELECT ?t WHERE {{ <{NS}{relation}> <{NS}type.property.expected_type> ?t }}"
+                f"{_PREFIX}SELECT ?t WHERE {{ <{NS}{relation}> "
+                f"<{NS}type.property.expected_type> ?t }}"
                 " LIMIT 1"
             )
             found = _ns_local(rows[0].get("t")) if rows else None
