@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -81,6 +81,7 @@ class RolloutActor(pykka.ThreadingActor):
         heartbeat_interval: float = 10.0,
         remote_tasks: Sequence[str] = (),
         env_timeout: float = 120.0,
+        on_episode: Callable[[Trajectory], None] | None = None,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="rollout", actor=rollout_id)
@@ -90,6 +91,8 @@ class RolloutActor(pykka.ThreadingActor):
         self._envs = dict(environments)
         self._remote = tuple(remote_tasks)
         self._env_timeout = env_timeout
+        self._episode_done = on_episode
+        """Called with each trajectory once the broker has it (the progress line's tally)."""
         self._fmt = chat_format
         self._pools = [p for p, w in pool_weights.items() if w > 0]
         self._weights = [pool_weights[p] for p in self._pools]
@@ -262,6 +265,8 @@ class RolloutActor(pykka.ThreadingActor):
             exc.add_note(f"episode {req.episode_id}, task {req.task!r}, index {req.index}")
             raise
         self._publish("", self._names.trajectories, traj)
+        if self._episode_done is not None:
+            self._episode_done(traj)
         delivery.ack()
         self._bump("finished")
 

@@ -1,21 +1,79 @@
-"""The live progress line: version, episodes/s, reward per task, queue depths."""
+"""The live progress line: version, episodes/s, reward per task, queue depths.
+
+Before the learner's first update there are no batch metrics yet; the line then shows
+what this node's rollouts have finished so far (`EpisodeTally`): episodes out of the
+first batch, and per task reward and success, so the first minutes are not a row of
+queue depths.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
+from collections import defaultdict
 
 import structlog
 
-from agentrl.messages import Topology, Transport, TransportError
+from agentrl.actors import is_success
+from agentrl.messages import Topology, Trajectory, Transport, TransportError
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["Progress", "format_progress"]
+__all__ = ["EpisodeTally", "Progress", "format_progress"]
 
 
-def format_progress(metrics: dict[str, float], depths: dict[str, int]) -> str:
-    """One line, e.g. `v3 | 0.52 ep/s | calculator r=+0.41 s=0.50 | idle 12% | q episodes=4`."""
-    parts = [f"v{int(metrics.get('version', 0))}"]
+class EpisodeTally:
+    """Episodes this node's rollouts finished since the run (re)started: per task the count,
+    the reward sum and the successes; untrained ones (infra or sample errors) apart.
+    `add` is called from rollout threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
+        self._untrained = 0
+
+    def add(self, t: Trajectory) -> None:
+        with self._lock:
+            if "infra_failure" in t.metrics or "sample_error" in t.metrics:
+                self._untrained += 1
+                return
+            row = self._tasks[t.task]
+            row[0] += 1
+            row[1] += t.reward
+            row[2] += is_success(t)
+
+    def snapshot(self) -> dict[str, tuple[int, float, float]]:
+        """task -> (episodes, mean reward, success rate); ``"untrained"`` -> (count, 0, 0)."""
+        with self._lock:
+            out = {t: (int(n), r / n, k / n) for t, (n, r, k) in sorted(self._tasks.items())}
+            if self._untrained:
+                out["untrained"] = (self._untrained, 0.0, 0.0)
+            return out
+
+
+def format_progress(
+    metrics: dict[str, float],
+    depths: dict[str, int],
+    tally: dict[str, tuple[int, float, float]] | None = None,
+    *,
+    start_version: int = 0,
+    batch_episodes: int = 0,
+) -> str:
+    """One line, e.g. `v3 | 0.52 ep/s | calculator r=+0.41 s=0.50 | idle 12% | q episodes=4`;
+    before the first update (no ``version`` in ``metrics``), e.g. `v8 | first update: 5/16
+    episodes | db 3 r=+0.33 s=0.33 | ...` from ``tally`` (see the module doc)."""
+    if "version" not in metrics and tally is not None:
+        done = sum(n for task, (n, _, _) in tally.items() if task != "untrained")
+        parts = [f"v{start_version}", f"first update: {done}/{batch_episodes} episodes"]
+        for task, (n, reward, success) in tally.items():
+            if task == "untrained":
+                parts.append(f"untrained {n}")
+            else:
+                parts.append(f"{task} {n} r={reward:+.2f} s={success:.2f}")
+        if depths:
+            parts.append("q " + " ".join(f"{k}={v}" for k, v in depths.items()))
+        return " | ".join(parts)
+    parts = [f"v{int(metrics.get('version', start_version))}"]
     if "rollout/episodes_per_s" in metrics:
         parts.append(f"{metrics['rollout/episodes_per_s']:.2f} ep/s")
     tasks = sorted(
@@ -37,8 +95,21 @@ def format_progress(metrics: dict[str, float], depths: dict[str, int]) -> str:
 class Progress:
     """Reads queue depths over its own connection and prints the progress line."""
 
-    def __init__(self, transport: Transport, topology: Topology, pools: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        topology: Topology,
+        pools: tuple[str, ...],
+        *,
+        tally: EpisodeTally | None = None,
+        start_version: int = 0,
+        batch_episodes: int = 0,
+    ) -> None:
         self._transport = transport
+        self.tally = tally if tally is not None else EpisodeTally()
+        """Fed by this node's rollouts (their ``on_episode``)."""
+        self._start_version = start_version
+        self._batch_episodes = batch_episodes
         self._queues = {
             "episodes": topology.episodes,
             "trajectories": topology.trajectories,
@@ -55,7 +126,14 @@ class Progress:
         return out
 
     def print_line(self, metrics: dict[str, float]) -> None:
-        print(format_progress(metrics, self.depths()), file=sys.stderr, flush=True)
+        line = format_progress(
+            metrics,
+            self.depths(),
+            self.tally.snapshot(),
+            start_version=self._start_version,
+            batch_episodes=self._batch_episodes,
+        )
+        print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self._transport.close()

@@ -60,7 +60,7 @@ from agentrl.trainer import (
 )
 
 from ._config import RunConfig
-from ._progress import Progress
+from ._progress import EpisodeTally, Progress
 from ._tensorboard import EventWriter
 from ._warmstart import kl_reference
 
@@ -189,6 +189,7 @@ class Supervisor:
         )
         if latest is None and {"controller", "learner"} <= set(self.roles):
             self._clear_leftovers()
+        tally = EpisodeTally()  # this node's finished episodes, for the progress line
         if "env" in self.roles and any(t.container for t in cfg.tasks.values()):
             # before any rollout: its first episodes find the workers serving
             self._containers = EnvWorkerContainers(  # removes a crashed run's leftovers
@@ -286,6 +287,7 @@ class Supervisor:
                     ),
                     concurrency=r.concurrency,
                     rollout_id=f"rollout-{self.node}-{i}",
+                    on_episode=tally.add,
                     node=self.node,
                     seed=cfg.seed + i,
                 )
@@ -306,7 +308,14 @@ class Supervisor:
                             worker_id=f"{self.node}-{name}-{i}",
                         )
                     )
-        self._progress = Progress(status, Topology(cfg.run), tuple(cfg.pools))
+        self._progress = Progress(
+            status,
+            Topology(cfg.run),
+            tuple(cfg.pools),
+            tally=tally,
+            start_version=version,
+            batch_episodes=cfg.episodes_per_batch,
+        )
         subscribe(status, Topology(cfg.run).control, self._on_command, routing_key="command.#")
 
     def _learner_args(self, spec, weights: Path, version: int, tokenizer) -> dict:

@@ -161,7 +161,7 @@ def test_controller_answers_checkpoint_queries_and_dead_letters_garbage(broker, 
 # --- rollout + sampler --------------------------------------------------------------------
 
 
-def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3):
+def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3, on_episode=None):
     fmt = ChatFormat(tokenizer)
     engine = ScriptedEngine(
         calculator_script(tokenizer, fmt.end_of_turn_ids[-1], mode), version=version
@@ -184,6 +184,7 @@ def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3):
         limits=EpisodeLimits(max_turns=4, max_tokens=2048, max_new_tokens=64),
         concurrency=4,
         rollout_id="r0",
+        on_episode=on_episode,
     )
     return fmt, engine
 
@@ -242,6 +243,24 @@ def test_rollout_runs_episodes_end_to_end(
         3 * turns,
         3 if mode == "malformed" else 0,
     )
+
+
+def test_rollout_hands_each_published_trajectory_to_on_episode(
+    broker, spec, client, smollm_tokenizer
+):
+    seen: list[Trajectory] = []
+    all_seen = threading.Event()
+
+    def on_episode(t: Trajectory) -> None:  # called once the broker has confirmed it
+        seen.append(t)
+        if len(seen) == 3:
+            all_seen.set()
+
+    start_rollout_pair(broker, spec, smollm_tokenizer, "oracle", on_episode=on_episode)
+    publish_episodes(client, spec, 3)
+    published = collect_trajectories(client, Topology(spec.run), 3)
+    assert all_seen.wait(10)
+    assert sorted(t.episode_id for t in seen) == sorted(t.episode_id for t in published)
 
 
 def test_cross_policy_turns_record_the_pool_and_version_that_sampled_them(
