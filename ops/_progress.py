@@ -19,7 +19,7 @@ from agentrl.messages import Topology, Trajectory, Transport, TransportError
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["EpisodeTally", "Progress", "format_progress"]
+__all__ = ["EpisodeTally", "Progress", "format_progress", "format_summary"]
 
 
 class EpisodeTally:
@@ -90,6 +90,28 @@ def format_progress(
     if depths:
         parts.append("q " + " ".join(f"{k}={v}" for k, v in depths.items()))
     return " | ".join(parts)
+
+
+def format_summary(
+    run: str, tally: dict[str, tuple[int, float, float]], first: int, last: int
+) -> str:
+    """The end-of-run lines: versions trained, then per task the episodes this node finished,
+    their mean reward and success rate, e.g.::
+
+        run local: v0 -> v12, 192 episodes on this node
+          calculator   192 episodes  reward +0.43  success 0.56
+    """
+    done = sum(n for task, (n, _, _) in tally.items() if task != "untrained")
+    lines = [f"run {run}: v{first} -> v{last}, {done} episodes on this node"]
+    width = max((len(t) for t in tally), default=0)
+    for task, (n, reward, success) in tally.items():
+        if task == "untrained":
+            lines.append(f"  {task:<{width}} {n:5d} episodes  (infra or sample errors)")
+        else:
+            lines.append(
+                f"  {task:<{width}} {n:5d} episodes  reward {reward:+.2f}  success {success:.2f}"
+            )
+    return "\n".join(lines)
 
 
 class Progress:

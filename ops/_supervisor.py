@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -60,7 +61,7 @@ from agentrl.trainer import (
 )
 
 from ._config import RunConfig
-from ._progress import EpisodeTally, Progress
+from ._progress import EpisodeTally, Progress, format_summary
 from ._tensorboard import EventWriter
 from ._warmstart import kl_reference
 
@@ -140,6 +141,7 @@ class Supervisor:
         self._containers: EnvWorkerContainers | None = None
         self._metrics_lock = threading.Lock()
         self.last_metrics: dict[str, float] = {}
+        self._start_version = 0
 
     # --- entry point -------------------------------------------------------------------
 
@@ -190,6 +192,7 @@ class Supervisor:
         if latest is None and {"controller", "learner"} <= set(self.roles):
             self._clear_leftovers()
         tally = EpisodeTally()  # this node's finished episodes, for the progress line
+        self._start_version = version
         if "env" in self.roles and any(t.container for t in cfg.tasks.values()):
             # before any rollout: its first episodes find the workers serving
             self._containers = EnvWorkerContainers(  # removes a crashed run's leftovers
@@ -526,6 +529,12 @@ class Supervisor:
             backend.close()
         progress = getattr(self, "_progress", None)
         if progress is not None:
+            tally = progress.tally.snapshot()
+            if tally:  # this node ran episodes: say what they did
+                with self._metrics_lock:
+                    last = int(self.last_metrics.get("version", self._start_version))
+                summary = format_summary(self.cfg.run, tally, self._start_version, last)
+                print(summary, file=sys.stderr, flush=True)
             progress.close()
             self._progress = None
 

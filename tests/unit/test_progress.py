@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from agentrl.messages import Trajectory
-from agentrl.ops._progress import EpisodeTally, format_progress
+from agentrl.ops._progress import EpisodeTally, format_progress, format_summary
 
 
 def _traj(task: str, reward: float, env_reward: float, status: str = "completed", **metrics):
@@ -78,3 +78,13 @@ def test_after_an_update_the_line_shows_the_batch_metrics():
     line = format_progress(metrics, {"episodes": 4}, {"db": (3, 0.0, 0.0)}, start_version=8)
     assert line == "v9 | 0.50 ep/s | db r=+0.41 s=0.50 | idle 12% | q episodes=4"
     assert format_progress({}, {}) == "v0"  # nothing known yet, no tally: the version only
+
+
+def test_the_end_of_run_summary_lists_every_task():
+    tally = {"calculator": (12, 0.4318, 0.5), "db": (4, -0.2, 0.0), "untrained": (1, 0.0, 0.0)}
+    assert format_summary("local", tally, 0, 3) == (
+        "run local: v0 -> v3, 16 episodes on this node\n"
+        "  calculator    12 episodes  reward +0.43  success 0.50\n"
+        "  db             4 episodes  reward -0.20  success 0.00\n"
+        "  untrained      1 episodes  (infra or sample errors)"
+    )

@@ -15,7 +15,7 @@ def test_two_learner_steps_on_the_in_process_broker(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_db_task_through_the_whole_loop(tmp_path):
+def test_the_db_task_through_the_whole_loop(tmp_path, capfd):
     from agentrl.ops import Supervisor, parse_config
     from tests.smoke_helpers import smoke_config
 
@@ -29,6 +29,9 @@ def test_the_db_task_through_the_whole_loop(tmp_path):
         json.loads(line) for line in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     assert metrics["env/db/episodes"] == 4 and "env/db/reward" in metrics
+    # the end-of-run summary: what this node's rollouts finished, per task
+    err = capfd.readouterr().err
+    assert "run smoke-db: v0 -> v1, " in err and "\n  db " in err, err[-2000:]
 
 
 @pytest.mark.slow
