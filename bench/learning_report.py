@@ -114,6 +114,7 @@ def plot(arms: dict[str, dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     tasks = _tasks(arms)
     panels = [*tasks, "mean"]
@@ -140,6 +141,7 @@ def plot(arms: dict[str, dict[str, Any]], path: Path) -> None:
     for ax, task in zip(axes.flat, panels, strict=False):
         ax.set_title(task)
         ax.set_xlabel("learner version")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # whole versions
         ax.set_ylabel("success")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)

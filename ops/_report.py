@@ -191,13 +191,26 @@ def _summary(
     return "\n".join(lines) + "\n"
 
 
+def _version_axis(ax: Any) -> None:
+    """Label the x axis "version" and tick it at whole versions only (a run with one update
+    would otherwise get ticks at 2.8, 3.0, 3.2)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("version")
+    low, high = ax.get_xlim()
+    if high - low < 2:  # one update: widen to the versions on either side
+        middle = round((low + high) / 2)
+        ax.set_xlim(middle - 1, middle + 1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 def _per_task(rows: list[Row], tasks: list[str], metric: str) -> Callable[[Any], None]:
     def draw(ax: Any) -> None:
         for t in tasks:
             xs, ys = _series(rows, f"env/{t}/{metric}")
             if xs:
                 ax.plot(xs, ys, marker=".", label=t)
-        ax.set_xlabel("version")
+        _version_axis(ax)
         ax.set_ylabel(metric)
         ax.set_title(f"env/<task>/{metric}")
         if metric == "success":
@@ -217,7 +230,7 @@ def _turn_lags(rows: list[Row], pools: list[str]) -> Callable[[Any], None]:
             xs, ys = _series(rows, f"staleness/turn_lag/{pool}")
             if xs:
                 ax.plot(xs, ys, marker=".", label=pool)
-        ax.set_xlabel("version")
+        _version_axis(ax)
         ax.set_ylabel("turn lag (versions)")
         ax.set_title("staleness/turn_lag/<pool>: how old each pool's turns were")
         ax.grid(alpha=0.3)
@@ -251,7 +264,7 @@ def _line(rows: list[Row], key: str, label: str) -> Callable[[Any], None]:
             ax.plot(xs, ys, marker=".")
         else:
             ax.text(0.5, 0.5, f"no {key}", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("version")
+        _version_axis(ax)
         ax.set_ylabel(label)
         ax.set_title(key)
         ax.grid(alpha=0.3)

@@ -129,3 +129,21 @@ def test_cross_policy_runs_get_a_turn_lag_panel_per_pool(tmp_path):
     pools = write_report(write_run(tmp_path, lines, name="pools"))
     one, two = png_height(plain.plots["staleness"]), png_height(pools.plots["staleness"])
     assert two == 2 * one  # a second panel of the same height
+
+
+def test_a_run_with_one_update_gets_whole_version_ticks(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agentrl.ops._report import _line, read_metrics
+
+    run = write_run(tmp_path, metrics_lines()[2:3])  # version 3 only
+    rows = read_metrics(run / "metrics.jsonl")
+    fig, ax = plt.subplots()
+    _line(rows, "learner/idle_ratio", "idle")(ax)
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    plt.close(fig)
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
