@@ -182,7 +182,7 @@ class TorchEngine(QueuedEngine):
         for future in [r.future for r in leftovers] + ([staged.future] if staged else []):
             if not future.done():
                 future.set_exception(reason)
-        log.info("engine stopped", failed=len(leftovers))
+        log.info("engine stopped", unfinished_requests=len(leftovers))
 
     def _round(self) -> bool:
         """One scheduling round: maybe swap weights, admit, decode a step. False to stop."""

@@ -187,8 +187,8 @@ class RolloutActor(pykka.ThreadingActor):
         except TransportError as exc:
             # The broker is gone (or we are stopping): the request stays unacked and is
             # redelivered to another rollout actor.
-            if self._stopping.is_set():
-                self._log.info("episode handed back at shutdown", error=str(exc))
+            if self._stopping.is_set():  # normal at a stop: not a failure, so not above debug
+                self._log.debug("unfinished episode left to be redelivered", reason=str(exc))
             else:
                 self._log.error("episode abandoned: broker lost", error=str(exc))
         except BaseException as exc:

@@ -234,7 +234,7 @@ class VLLMEngine(QueuedEngine):
             if not future.done():
                 future.set_exception(reason)
         self._engine.engine_core.shutdown()
-        log.info("vllm engine stopped", failed=len(leftovers))
+        log.info("vllm engine stopped", unfinished_requests=len(leftovers))
 
     def _round(self) -> bool:
         """One scheduling round: maybe swap weights, admit, run a step. False to stop."""
