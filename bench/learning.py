@@ -284,7 +284,10 @@ def train(
     seconds = time.monotonic() - start
     if proc.returncode != 0:  # a drained supervisor exits 0, also after SIGTERM
         tail = log_path.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"{shlex.join(argv)} exited {proc.returncode}:\n{tail}")
+        if max(checkpoints(run_dir), default=start_version) <= start_version:
+            raise SystemExit(f"{shlex.join(argv)} exited {proc.returncode}:\n{tail}")
+        # the updates it wrote are still measured; the exit code goes into the results
+        print(f"{shlex.join(argv)} exited {proc.returncode} (see {log_path}):\n{tail}")
     prune_checkpoints(run_dir, {start_version}, args.eval_every)
     return {"argv": argv, "seconds": seconds, "exit_code": proc.returncode,
             "stopped_by": stopped_by, "log": str(log_path)}  # fmt: skip

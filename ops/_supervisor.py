@@ -142,6 +142,8 @@ class Supervisor:
         self._metrics_lock = threading.Lock()
         self.last_metrics: dict[str, float] = {}
         self._start_version = 0
+        self.stop_failed = False
+        """An actor did not stop within its timeout (logged; `run` then returns 1)."""
 
     # --- entry point -------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class Supervisor:
             failed = self._watch(progress_every)
         finally:
             self.stop()
-        return 1 if failed else 0
+        return 1 if failed or self.stop_failed else 0
 
     def _start(self) -> None:
         cfg = self.cfg
@@ -517,8 +519,13 @@ class Supervisor:
         """Stop every actor: controller first (no new work), learner last."""
         order = {"controller": 0, "rollout": 1, "sampler": 2, "learner": 3}
         for name, ref in sorted(self._refs, key=lambda nr: order[nr[0].split("-")[0]]):
-            if ref.is_alive():
-                ref.stop(block=True, timeout=60)
+            timeout = LEARNER_STOP_TIMEOUT if name == "learner" else STOP_TIMEOUT
+            try:
+                if ref.is_alive():
+                    ref.stop(block=True, timeout=timeout)
+            except pykka.Timeout:  # say so and go on stopping the rest: never a traceback
+                self.stop_failed = True
+                log.error("actor did not stop in time", actor=name, seconds=timeout)
             log.debug("stopped", actor=name)
             if name.startswith("rollout"):
                 self._stop_workers()  # after the rollouts that use them
@@ -537,6 +544,14 @@ class Supervisor:
                 print(summary, file=sys.stderr, flush=True)
             progress.close()
             self._progress = None
+
+
+STOP_TIMEOUT = 60.0
+"""Seconds an actor gets to stop."""
+LEARNER_STOP_TIMEOUT = 1800.0
+"""Seconds the learner gets: a stop waits for the update it is in (minutes on a CPU: one
+SmolLM2 update of 16 two-thousand-token episodes took 250-370 s on 2 cores), which then
+writes its checkpoint."""
 
 
 def node_torch_threads(cfg: RunConfig, roles: tuple[str, ...]) -> int:

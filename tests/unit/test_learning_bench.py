@@ -109,3 +109,45 @@ def test_a_warm_start_of_other_tasks_or_steps_is_refused(learning, tmp_path):
         learning.reuse_warm_start(source, run_dir, other, _args())
     with pytest.raises(SystemExit, match="2 SFT steps, not --sft-steps 3"):
         learning.reuse_warm_start(source, run_dir, {**CFG, "rollout": ROLLOUT}, _args(sft_steps=3))
+
+
+def _supervisor_that(learning, monkeypatch, run_dir: Path, *, writes: int, code: int):
+    """Replaces the supervisor by a process that writes checkpoints up to v``writes`` and
+    exits ``code`` (as one that failed to stop an actor after its updates would)."""
+    real = learning.subprocess.Popen
+
+    def popen(argv, **kwargs):
+        script = (
+            "import pathlib, sys\n"
+            f"for v in range(1, {writes} + 1):\n"
+            f"    d = pathlib.Path({str(run_dir)!r}, 'checkpoints', f'v{{v:06d}}')\n"
+            "    d.mkdir(parents=True)\n"
+            "    (d / 'DIGEST').write_text('d')\n"
+            f"sys.exit({code})\n"
+        )
+        return real([sys.executable, "-c", script], **kwargs)
+
+    monkeypatch.setattr(learning.subprocess, "Popen", popen)
+
+
+def test_a_supervisor_that_exits_non_zero_after_its_updates_is_still_measured(
+    learning, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _supervisor_that(learning, monkeypatch, run_dir, writes=3, code=1)
+    args = argparse.Namespace(minutes=1.0, max_steps=None, drain_timeout=5.0, eval_every=0)
+    rl = learning.train(run_dir / "c.yaml", run_dir, args, start_version=0)
+    assert rl["exit_code"] == 1
+    assert sorted(learning.checkpoints(run_dir)) == [1, 2, 3]  # all among the last few
+
+
+def test_a_supervisor_that_exits_non_zero_with_no_update_stops_the_bench(
+    learning, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _supervisor_that(learning, monkeypatch, run_dir, writes=0, code=1)
+    args = argparse.Namespace(minutes=1.0, max_steps=None, drain_timeout=5.0, eval_every=0)
+    with pytest.raises(SystemExit, match="exited 1"):
+        learning.train(run_dir / "c.yaml", run_dir, args, start_version=0)
