@@ -10,7 +10,9 @@ Three arms with the same base config (bench/learning.yaml), budget and seed:
 ``stale`` pool), ``no-task-norm`` (``learner.task_normalize: false``) and
 ``no-cross-policy`` (the ``current`` pool alone). Per arm:
 
-1. optional supervised warm start, ``agentrl sft --steps N`` (its time stated apart);
+1. optional supervised warm start, ``agentrl sft --steps N`` (its time stated apart); the
+   arms after the first copy the first arm's (``--warm-start-from``), so all start RL from
+   the same weights and the same before-RL evaluation;
 2. ``agentrl eval`` of the test split of every task on the starting weights (the base
    model or the warm-start checkpoint): "before";
 3. RL: ``agentrl-supervisor start`` in a subprocess, stopped by SIGTERM (it drains) when
@@ -419,6 +421,8 @@ def main() -> None:
     arms = list(ARMS) if args.arm == "all" else [args.arm]
     for arm in arms:
         run_arm(arm, base, args, args.work.resolve())
+        if args.sft_steps and not args.warm_start_from:  # one warm start serves every arm
+            args.warm_start_from = args.work.resolve() / "runs" / f"learning-{arm}"
     files = write_report(args.results)
     print(files.table, end="")
     print(f"wrote {files.table_path} and {files.plot_path}")
