@@ -28,6 +28,7 @@ from ._records import (
 )
 from ._support import BrokerRefused
 from ._transport import (
+    BrokerLoginRefused,
     BrokerUnavailable,
     Consumer,
     Delivery,
@@ -41,6 +42,7 @@ from ._transport import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BrokerLoginRefused",
     "BrokerRefused",
     "BrokerUnavailable",
     "ChatMessage",

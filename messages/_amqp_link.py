@@ -28,7 +28,7 @@ from pika.exceptions import (
 from ._amqp_consumers import AmqpConsumer, Consumers, refused
 from ._amqp_publish import Publisher
 from ._support import Backoff, resolve
-from ._transport import BrokerUnavailable, TransportClosed, TransportError
+from ._transport import BrokerLoginRefused, BrokerUnavailable, TransportClosed, TransportError
 
 if TYPE_CHECKING:
     from ._amqp import AmqpTransport
@@ -170,7 +170,8 @@ class Link:
             return
         auth = (AuthenticationError, ProbableAuthenticationError, ProbableAccessDeniedError)
         if not self.opened.done() and isinstance(error, auth):
-            failure = BrokerUnavailable(f"broker at {self._transport.where} refused login")
+            why = str(error) or type(error).__name__
+            failure = BrokerLoginRefused(f"broker at {self._transport.where} refused login: {why}")
             failure.__cause__ = error
             resolve(self.opened, error=failure)
             return

@@ -45,6 +45,12 @@ class BrokerUnavailable(TransportError):
     not re-established before the give-up deadline."""
 
 
+class BrokerLoginRefused(BrokerUnavailable):
+    """Raised when the broker refused the connection itself: wrong credentials, a user
+    without access, or a virtual host that does not exist. Not transient: retrying
+    cannot help, so roles fail their start with it instead of reconnecting."""
+
+
 class Unroutable(TransportError):
     """Raised (on the publish future) when a message reached no queue: the
     exchange does not exist or no binding matched."""

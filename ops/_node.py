@@ -17,10 +17,14 @@ role takes nothing else down, and watches them:
   (stops taking work, hands back in-flight messages, exits); roles still
   running after ``stop_timeout`` seconds are killed.
 
+- a role that exits with ``FATAL_EXIT`` (2) met an error a restart cannot fix (the
+  broker refused the login, a bad config): it is not restarted, the node drains its
+  other roles and exits 2.
+
 The node exits when all its roles have exited: 0 if every role finished
-cleanly (exit 0, or ended by the drain's SIGTERM), 1 otherwise. Which process
-runs which role is written to ``<run_dir>/nodes/<node>.json`` (and updated on
-every restart) for operators and tests.
+cleanly (exit 0, or ended by the drain's SIGTERM), 2 after a fatal role exit, 1
+otherwise. Which process runs which role is written to
+``<run_dir>/nodes/<node>.json`` (and updated on every restart) for operators and tests.
 """
 
 from __future__ import annotations
@@ -41,7 +45,10 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["NodeSupervisor"]
+__all__ = ["FATAL_EXIT", "NodeSupervisor"]
+
+FATAL_EXIT = 2
+"""Exit code of a role (and of the node) that no restart can fix: refused login, bad config."""
 
 
 @dataclass
@@ -84,6 +91,8 @@ class NodeSupervisor:
         self._env = env
         self.stopping = threading.Event()
         self._wake = threading.Event()
+        self.fatal: str | None = None
+        """The role that exited with FATAL_EXIT, if one did."""
 
     def run(self, *, install_signals: bool = True) -> int:
         """Start every role and supervise them until all have exited."""
@@ -108,6 +117,8 @@ class NodeSupervisor:
         # SIGTERM comes from the drain: a role still starting up (no handler yet) dies of it
         failed = [r.name for r in self._roles.values() if r.exit_code not in (0, -signal.SIGTERM)]
         log.info("node stopped", node=self.node, failed_roles=failed)
+        if self.fatal:
+            return FATAL_EXIT
         return 1 if failed else 0
 
     def stop(self) -> None:
@@ -143,6 +154,10 @@ class NodeSupervisor:
                 if code == 0 and not self.stopping.is_set():
                     log.info("the run has ended; draining this node", node=self.node)
                     self.stopping.set()
+            elif code == FATAL_EXIT:
+                log.error("role cannot start; draining this node", node=self.node, child=role.name)
+                self.fatal = role.name
+                self.stopping.set()
             else:
                 self._schedule_restart(role, code)
             self._write_state()

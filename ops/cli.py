@@ -8,11 +8,17 @@ import sys
 import threading
 import time
 
-from agentrl.messages import BrokerRefused, TransportError
+from agentrl.messages import (
+    BrokerLoginRefused,
+    BrokerRefused,
+    BrokerUnavailable,
+    TransportError,
+    connect,
+)
 
 from ._config import BROKER_ENV, ConfigError, load_config, read_broker
 from ._logging import configure_logging
-from ._node import NodeSupervisor, role_argv
+from ._node import FATAL_EXIT, NodeSupervisor, role_argv
 from ._status import (
     StatusError,
     client_for,
@@ -132,6 +138,18 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _login_refused(broker: str, name: str) -> str | None:
+    """Why the broker refuses this run's login (credentials, vhost), or None: it let us in,
+    or it cannot be reached now (a transient state the roles wait out with back-off)."""
+    try:
+        connect(broker, name=name).close()
+    except BrokerLoginRefused as exc:
+        return str(exc)
+    except BrokerUnavailable:
+        return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -170,8 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = cfg.run_dir / "logs" / args.node
     if args.in_process or cfg.broker.startswith("memory://"):
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
-        return Supervisor(cfg, roles, node=args.node).run(progress_every=args.progress_every)
+        try:
+            return Supervisor(cfg, roles, node=args.node).run(progress_every=args.progress_every)
+        except BrokerLoginRefused as exc:  # a restart cannot fix it: the node must not retry
+            print(f"agentrl-supervisor: {exc}", file=sys.stderr)
+            return FATAL_EXIT
     configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node, role="node")
+    refused = _login_refused(cfg.broker, f"{cfg.run}-{args.node}-probe")
+    if refused:  # say so in seconds, once, rather than restart every role with back-off
+        print(f"agentrl-supervisor: {refused}", file=sys.stderr)
+        return FATAL_EXIT
     threads = cfg.torch_threads or node_torch_threads(cfg, roles)
     node = NodeSupervisor(
         {role: role_argv(argv, role, args.node, threads) for role in roles},

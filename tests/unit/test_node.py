@@ -155,3 +155,21 @@ def test_a_role_that_fails_during_the_drain_fails_the_node(tmp_path):
     )
     assert node.run(install_signals=False) == 1
     assert _state(tmp_path)["roles"]["bad"]["exit_codes"] == [5]
+
+
+def test_a_role_that_exits_fatally_is_not_restarted_and_the_node_exits_2(tmp_path):
+    node = _node(
+        tmp_path,
+        {
+            "refused": [PY, "-c", "import sys; sys.exit(2)"],  # e.g. the broker refused login
+            "busy": [PY, "-c", "import time; time.sleep(60)"],
+        },
+        stop_timeout=10,
+    )
+    start = time.monotonic()
+    assert node.run(install_signals=False) == 2
+    assert time.monotonic() - start < 10
+    roles = _state(tmp_path)["roles"]
+    assert roles["refused"]["exit_codes"] == [2] and roles["refused"]["restarts"] == 0
+    assert roles["busy"]["exit_codes"] == [-signal.SIGTERM]
+    assert node.fatal == "refused"

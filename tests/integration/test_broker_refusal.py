@@ -1,0 +1,43 @@
+"""A broker that refuses the login (wrong password, missing vhost) stops a start in
+seconds, with one line and exit code 2: no role is started, nothing retries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+LOCAL = Path(__file__).resolve().parents[2] / "examples" / "local.yaml"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (("guest:guest", "guest:not-the-password"), "ACCESS_REFUSED"),
+        (("5672/", "5672/no-such-vhost"), "vhost no-such-vhost not found"),
+    ],
+    ids=["password", "vhost"],
+)
+@pytest.mark.parametrize("in_process", [False, True], ids=["node", "in-process"])
+def test_a_refused_login_fails_the_start_at_once(tmp_path, amqp_url, change, reason, in_process):
+    url = amqp_url if amqp_url.endswith("/") else amqp_url + "/"
+    broker = url.replace(*change)
+    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(LOCAL)]
+    argv += ["--model", "tiny", "--broker", broker, "--run", "refused"]
+    argv += ["--output-dir", str(tmp_path), "--max-steps", "1"]
+    argv += ["--in-process"] if in_process else []
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert seconds < 30
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert lines[-1].startswith("agentrl-supervisor: broker at ") and reason in lines[-1]
+    assert "refused login" in lines[-1] and "not-the-password" not in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "role started" not in done.stdout + done.stderr  # the node started no role
