@@ -236,7 +236,8 @@ def _signal(process: subprocess.Popen, sig: int) -> None:
 
 
 def role_argv(argv: Sequence[str], role: str, node: str, torch_threads: int) -> list[str]:
-    """The child command for ``role``: this command line with ``--roles role --in-process``."""
+    """The child command for ``role``: this command line with ``--roles role --in-process
+    --resume``."""
     out: list[str] = []
     skip = False
     for arg in argv:
@@ -246,7 +247,10 @@ def role_argv(argv: Sequence[str], role: str, node: str, torch_threads: int) -> 
         if arg in ("--roles", "--node", "--torch-threads"):
             skip = True
             continue
-        if arg.startswith(("--roles=", "--node=", "--torch-threads=")) or arg == "--in-process":
+        if arg.startswith(("--roles=", "--node=", "--torch-threads=")) or arg in (
+            "--in-process",
+            "--resume",
+        ):
             continue
         out.append(arg)
     return [
@@ -261,4 +265,5 @@ def role_argv(argv: Sequence[str], role: str, node: str, torch_threads: int) -> 
         "--torch-threads",
         str(torch_threads),
         "--in-process",
+        "--resume",  # the node decided whether the run may start; a restarted role resumes
     ]

@@ -48,10 +48,12 @@ from agentrl.messages import (
     ControlCommand,
     Delivery,
     Topology,
+    Transport,
     Unroutable,
     connect,
     encode,
 )
+from agentrl.messages._support import RESOURCE_LOCKED
 from agentrl.trainer import (
     LearnerBackend,
     TorchLearner,
@@ -67,7 +69,14 @@ from ._warmstart import kl_reference
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["ROLES", "Supervisor", "latest_checkpoint", "torch_engine"]
+__all__ = [
+    "ROLES",
+    "RunLocked",
+    "Supervisor",
+    "latest_checkpoint",
+    "take_learner_lock",
+    "torch_engine",
+]
 
 ROLES = ("controller", "rollout", "sampler", "learner", "env")
 
@@ -144,13 +153,14 @@ class Supervisor:
         self._start_version = 0
         self.stop_failed = False
         """An actor did not stop within its timeout (logged; `run` then returns 1)."""
+        self._lock: Transport | None = None
 
     # --- entry point -------------------------------------------------------------------
 
     def run(self, progress_every: float = 10.0, install_signals: bool = True) -> int:
         cfg = self.cfg
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(_redacted(cfg), sort_keys=False))
+        _write_config(cfg.run_dir, yaml.safe_dump(_redacted(cfg), sort_keys=False))
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.done.set())
@@ -191,6 +201,8 @@ class Supervisor:
             version=version,
             model=str(weights),
         )
+        if "learner" in self.roles:  # before anything touches the run's queues or checkpoints
+            self._lock = take_learner_lock(cfg.broker, cfg.run, self.node, wait=LOCK_WAIT)
         if latest is None and {"controller", "learner"} <= set(self.roles):
             self._clear_leftovers()
         tally = EpisodeTally()  # this node's finished episodes, for the progress line
@@ -544,6 +556,74 @@ class Supervisor:
                 print(summary, file=sys.stderr, flush=True)
             progress.close()
             self._progress = None
+        if self._lock is not None:  # last: the learner has stopped
+            self._lock, lock = None, self._lock
+            lock.close()
+
+
+def earlier_start(run_dir: Path) -> str | None:
+    """What an earlier start of this run left (its config, newest checkpoint), or None for a
+    run never started (a directory with only a warm start, ``agentrl sft``, counts as new)."""
+    if not (run_dir / "config.yaml").exists():
+        return None
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    newest = f"newest checkpoint v{latest[0]}" if latest else "no checkpoint yet"
+    return f"{run_dir}, {newest}"
+
+
+def _write_config(run_dir: Path, text: str) -> None:
+    """``config.yaml``; a resumed run with another config keeps the earlier one as
+    ``config.<n>.yaml`` (n = 1, 2, ... in order), so no config of the run is lost."""
+    path = run_dir / "config.yaml"
+    if path.exists() and path.read_text() != text:
+        n = 1
+        while (run_dir / f"config.{n}.yaml").exists():
+            n += 1
+        path.rename(run_dir / f"config.{n}.yaml")
+        log.warning("resumed with another config; the earlier one kept", kept=f"config.{n}.yaml")
+    path.write_text(text)
+
+
+class RunLocked(RuntimeError):
+    """Raised when another learner already holds the run (see `take_learner_lock`)."""
+
+
+def learner_lock_queue(run: str) -> str:
+    return f"{run}.learner-lock"
+
+
+def take_learner_lock(broker: str, run: str, node: str, wait: float = 0.0) -> Transport:
+    """Hold ``run``'s learner lock: an exclusive queue on the broker, owned by the returned
+    connection (close it to release). The broker drops the queue with the connection, so a
+    learner that dies (even SIGKILL) frees the lock; a second learner of the same run, on
+    any host, is refused with `RunLocked` instead of training into the same checkpoints.
+    A lock still held is tried again for up to ``wait`` seconds (a restarted learner whose
+    predecessor's connection the broker has not dropped yet)."""
+    deadline = time.monotonic() + wait
+    while True:
+        transport = connect(broker, name=f"{run}-{node}-learner-lock")
+        try:
+            transport.declare_queue(learner_lock_queue(run), exclusive=True, dead_letter=False)
+            return transport
+        except BrokerRefused as exc:
+            transport.close()
+            if exc.reply_code != RESOURCE_LOCKED:
+                raise
+            if time.monotonic() >= deadline:
+                raise RunLocked(
+                    f"run {run!r} already has a learner (its lock queue "
+                    f"{learner_lock_queue(run)!r} is held): stop that run first, "
+                    "or choose another --run"
+                ) from exc
+            log.info("the run's learner lock is held; waiting", run=run)
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        except BaseException:
+            transport.close()
+            raise
+
+
+LOCK_WAIT = 30.0
+"""Seconds a starting learner waits for a held lock before `RunLocked`."""
 
 
 STOP_TIMEOUT = 60.0

@@ -27,7 +27,14 @@ from ._status import (
     format_status,
     status_json,
 )
-from ._supervisor import ROLES, Supervisor, node_torch_threads, stop_run
+from ._supervisor import (
+    ROLES,
+    RunLocked,
+    Supervisor,
+    earlier_start,
+    node_torch_threads,
+    stop_run,
+)
 
 __all__ = ["main"]
 
@@ -55,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         "--node", default=socket.gethostname(), help="this node's name (logs, state)"
     )
     start.add_argument("--torch-threads", type=int, help="override the config's torch_threads")
+    start.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run that was started before (from its newest checkpoint); without "
+        "it, starting an existing run's learner is refused",
+    )
     start.add_argument(
         "--in-process",
         action="store_true",
@@ -185,12 +198,21 @@ def main(argv: list[str] | None = None) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
+    if "learner" in roles and not args.resume:
+        earlier = earlier_start(cfg.run_dir)
+        if earlier:
+            print(
+                f"agentrl-supervisor: run {cfg.run!r} exists ({earlier}): add --resume to "
+                "continue it, or choose another --run",
+                file=sys.stderr,
+            )
+            return FATAL_EXIT
     log_dir = cfg.run_dir / "logs" / args.node
     if args.in_process or cfg.broker.startswith("memory://"):
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
         try:
             return Supervisor(cfg, roles, node=args.node).run(progress_every=args.progress_every)
-        except BrokerLoginRefused as exc:  # a restart cannot fix it: the node must not retry
+        except (BrokerLoginRefused, RunLocked) as exc:  # a restart cannot fix these
             print(f"agentrl-supervisor: {exc}", file=sys.stderr)
             return FATAL_EXIT
     configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node, role="node")

@@ -41,3 +41,40 @@ def test_a_refused_login_fails_the_start_at_once(tmp_path, amqp_url, change, rea
     assert "refused login" in lines[-1] and "not-the-password" not in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert "role started" not in done.stdout + done.stderr  # the node started no role
+
+
+def test_the_learner_lock_holds_across_processes_and_dies_with_its_holder(amqp_url):
+    import signal
+    import uuid
+
+    from agentrl.ops._supervisor import RunLocked, take_learner_lock
+
+    run = f"lock-{uuid.uuid4().hex[:6]}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from agentrl.ops._supervisor import take_learner_lock; "
+            f"lock = take_learner_lock({amqp_url!r}, {run!r}, 'a'); print('held', flush=True); "
+            "time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in holder.stdout:  # its log lines come first
+            if line.strip() == "held":
+                break
+        with pytest.raises(RunLocked, match=f"run '{run}' already has a learner"):
+            take_learner_lock(amqp_url, run, "b")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 30  # the broker drops the queue with the dead connection
+    while True:
+        try:
+            take_learner_lock(amqp_url, run, "b").close()
+            break
+        except RunLocked:
+            assert time.monotonic() < deadline, "the lock outlived its holder"
+            time.sleep(0.5)

@@ -113,12 +113,13 @@ def test_role_argv_reruns_this_command_for_one_role_in_process():
         "--node=x",
         "--max-steps",
         "3",
+        "--resume",
     ]
     out = role_argv(argv, "rollout", "b", 1)
     assert out[:3] == [sys.executable, "-m", "agentrl.ops.cli"]
     assert out[3:] == [
         "start", "--config", "c.yaml", "--max-steps", "3",
-        "--roles", "rollout", "--node", "b", "--torch-threads", "1", "--in-process",
+        "--roles", "rollout", "--node", "b", "--torch-threads", "1", "--in-process", "--resume",
     ]  # fmt: skip
 
 
