@@ -112,7 +112,11 @@ class LearnerActor(pykka.ThreadingActor):
         clock: Callable[[], float] = time.monotonic,
         task_normalize: bool = True,
         max_token_lag: int | None = None,
+        first_version: int = 0,
     ) -> None:
+        """``max_steps`` counts the run's RL updates, ``version - first_version`` (the
+        warm start's version, or 0), over every process of the run: a learner restarted
+        at v4 of ``max_steps: 6`` trains two more."""
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
         self._broker = broker
@@ -129,6 +133,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._task_normalize = task_normalize  # build_batch's (learner.task_normalize)
         self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
         self._max_steps = max_steps
+        self._first_version = first_version
         self._on_metrics = on_metrics
         self._on_batch = on_batch
         self._done = done or threading.Event()
@@ -182,6 +187,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._heartbeat.start()
         threading.Thread(target=self._tick, name="learner-sweep", daemon=True).start()
         self._log.info("learner started", version=self._version, checkpoint_dir=str(self._ckpt_dir))
+        self._stop_at_max_steps()  # a run resumed after its last update has nothing to train
 
     def on_stop(self) -> None:
         self._sweeper_stop.set()
@@ -380,8 +386,17 @@ class LearnerActor(pykka.ThreadingActor):
             self._on_metrics(metrics)
         if self._on_batch is not None:
             self._on_batch(version, batch)
-        if self._max_steps is not None and self._steps >= self._max_steps:
-            self._log.info("max_steps reached; asking every node to stop", steps=self._steps)
+        self._stop_at_max_steps()
+
+    def _stop_at_max_steps(self) -> None:
+        """At ``max_steps`` RL updates of the run: ask every node to stop."""
+        updates = self._version - self._first_version
+        if self._max_steps is not None and updates >= self._max_steps:
+            self._log.info(
+                "max_steps reached; asking every node to stop",
+                updates=updates,
+                steps_this_process=self._steps,
+            )
             command = ControlCommand(command="shutdown", reason=f"max_steps {self._max_steps}")
             body = encode(command, run=self._spec.run)
             broadcast(self._transport, self._names.control, "command.shutdown", body)

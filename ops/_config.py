@@ -222,7 +222,8 @@ class RunConfig:
     """Parent of the run directory (checkpoints, metrics.jsonl, logs)."""
     seed: int = 0
     max_steps: int | None = None
-    """Stop after this many learner updates; None runs until stopped."""
+    """Stop after this many RL updates of the run (its version minus the warm start's), over
+    every start of it: a run resumed at v4 of 6 trains two more. None runs until stopped."""
     torch_threads: int = 0
     """Intra-op threads of this process; 0 = cores / (engines + learner) on this node, at
     least 1 (oversubscribed threads spin against each other and run many times slower)."""

@@ -65,7 +65,7 @@ from agentrl.trainer import (
 from ._config import RunConfig
 from ._progress import EpisodeTally, Progress, format_summary
 from ._tensorboard import EventWriter
-from ._warmstart import kl_reference
+from ._warmstart import kl_reference, read_warm_start
 
 log = structlog.get_logger(__name__)
 
@@ -380,6 +380,7 @@ class Supervisor:
             prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),
             pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             max_steps=cfg.max_steps,
+            first_version=warm.version if (warm := read_warm_start(cfg.run_dir)) else 0,
             on_metrics=on_metrics,
             on_batch=on_batch,
             done=self.done,

@@ -51,7 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--run", help="override the run name")
     start.add_argument("--model", help="override the policy model (smollm2, tiny, a directory)")
-    start.add_argument("--max-steps", type=int, help="stop after N learner updates")
+    start.add_argument(
+        "--max-steps",
+        type=int,
+        help="stop after N RL updates of the run (a resumed run trains what is left)",
+    )
     start.add_argument("--output-dir", help="override the parent directory of runs")
     start.add_argument(
         "--roles", default=",".join(ROLES), help=f"comma-separated subset of {','.join(ROLES)}"

@@ -508,11 +508,20 @@ def test_a_learner_resumed_after_its_checkpoint_skips_the_unacked_replay(
     done = threading.Event()
     metrics: list[dict] = []
     LearnerActor.start(
-        broker=broker, topology=spec, backend_factory=lambda: backend,
-        checkpoint_dir=tmp_path / "ckpt", start_version=1, group_size=2, groups_per_batch=1,
-        hard_staleness=8, prefetch=64, pad_id=0, max_steps=1, on_metrics=metrics.append,
+        broker=broker,
+        topology=spec,
+        backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt",
+        start_version=1,
+        group_size=2,
+        groups_per_batch=1,
+        hard_staleness=8,
+        prefetch=64,
+        pad_id=0,
+        max_steps=2,
+        on_metrics=metrics.append,
         done=done,
-    )  # fmt: skip
+    )  # fmt: skip  (max_steps counts the run's updates: v1 was the first of two)
     publish_trajs(client, spec, [trajectory("g2", 0, reward=0.0), trajectory("g2", 1, reward=1.0)])
     assert done.wait(20)
     assert backend.steps == 1 and backend.batches[0].num_rows == 2  # g2 only
@@ -537,6 +546,47 @@ def test_a_learner_resumed_before_its_checkpoint_trains_the_batch_again(
     publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
     assert done.wait(20)
     assert backend.batches[0].num_rows == 2 and metrics[0]["learner/replays_skipped_total"] == 0
+
+
+def _learner_at(broker, spec, tmp_path, backend, *, version, first, max_steps):
+    done = threading.Event()
+    metrics: list[dict] = []
+    ref = LearnerActor.start(
+        broker=broker, topology=spec, backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt", start_version=version, group_size=2,
+        groups_per_batch=1, hard_staleness=8, prefetch=64, pad_id=0, max_steps=max_steps,
+        on_metrics=metrics.append, done=done, first_version=first,
+    )  # fmt: skip
+    return ref, done, metrics
+
+
+def test_max_steps_counts_the_runs_updates_not_this_processs(broker, spec, client, tmp_path):
+    """Restarted at v4 of max_steps 4, the learner has nothing left: it stops at once and
+    trains nothing; restarted at v3 it trains one update and stops at v4."""
+    idle = FakeBackend()
+    ref, done, _ = _learner_at(broker, spec, tmp_path, idle, version=4, first=0, max_steps=4)
+    assert done.wait(10)
+    ref.stop()
+    backend = FakeBackend()
+    ref, done, metrics = _learner_at(
+        broker, spec, tmp_path / "b", backend, version=3, first=0, max_steps=4
+    )
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
+    assert done.wait(20)
+    ref.stop()
+    assert idle.steps == 0 and backend.steps == 1 and metrics[-1]["version"] == 4.0
+
+
+def test_max_steps_counts_from_the_warm_start(broker, spec, client, tmp_path):
+    """A run warm-started to v8 with max_steps 1 trains one RL update (v9)."""
+    backend = FakeBackend()
+    ref, done, metrics = _learner_at(
+        broker, spec, tmp_path, backend, version=8, first=8, max_steps=1
+    )
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
+    assert done.wait(20)
+    ref.stop()
+    assert backend.steps == 1 and metrics[-1]["version"] == 9.0
 
 
 def test_learner_drops_groups_without_two_survivors(broker, spec, client, tmp_path):

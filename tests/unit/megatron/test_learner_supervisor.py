@@ -52,7 +52,7 @@ def test_the_loop_trains_with_megatron_and_a_restart_resumes_its_state(tmp_path:
 
     # A second start on the same run continues from checkpoint 2 and its learner state.
     capsys.readouterr()
-    again = parse_config({**raw, "max_steps": 1})
+    again = parse_config({**raw, "max_steps": 3})  # of the run: one more update
     assert Supervisor(again).run(progress_every=3600, install_signals=False) == 0
     state = str(cfg.run_dir / "learner_state" / "v000002")
     out = capsys.readouterr().out.splitlines()
