@@ -126,12 +126,15 @@ class Supervisor:
         make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
         make_backend: Callable[[Path, int], LearnerBackend] | None = None,
         node: str | None = None,
+        fresh: bool | None = None,
     ) -> None:
         """Run `roles` of `cfg` on this node.
 
         `make_engine(weights, version, max_batch)` and `make_backend(weights, version)`
         replace every pool's engine (its `engine`: torch or vllm) and the torch learner (the
-        scheduling benchmark plugs in simulated ones).
+        scheduling benchmark plugs in simulated ones). `fresh`: this is the first start of
+        the run, so a learner here first deletes an earlier same-named run's queues (default:
+        no earlier start left its config in the run directory).
         """
         unknown = set(roles) - set(ROLES)
         if unknown:
@@ -154,6 +157,7 @@ class Supervisor:
         self.stop_failed = False
         """An actor did not stop within its timeout (logged; `run` then returns 1)."""
         self._lock: Transport | None = None
+        self.fresh = earlier_start(cfg.run_dir) is None if fresh is None else fresh
 
     # --- entry point -------------------------------------------------------------------
 
@@ -203,8 +207,8 @@ class Supervisor:
         )
         if "learner" in self.roles:  # before anything touches the run's queues or checkpoints
             self._lock = take_learner_lock(cfg.broker, cfg.run, self.node, wait=LOCK_WAIT)
-        if latest is None and {"controller", "learner"} <= set(self.roles):
-            self._clear_leftovers()
+        if self.fresh and "learner" in self.roles:
+            clear_leftovers(cfg.broker, cfg.run)
         tally = EpisodeTally()  # this node's finished episodes, for the progress line
         self._start_version = version
         if "env" in self.roles and any(t.container for t in cfg.tasks.values()):
@@ -388,26 +392,6 @@ class Supervisor:
             node=self.node,
         )
 
-    def _clear_leftovers(self) -> None:
-        """A fresh run (no checkpoint yet) must not consume an earlier run's messages.
-
-        On RabbitMQ the queues of a run of the same name outlive it; their
-        episodes and trajectories belong to weights that no longer exist.
-        """
-        names = Topology(self.cfg.run)
-        transport = connect(self.cfg.broker, name=f"{self.cfg.run}-setup")
-        try:
-            for queue in (names.episodes, names.trajectories):
-                try:
-                    depth = transport.queue_depth(queue)
-                except BrokerRefused:  # 404: no such queue, nothing left over
-                    continue
-                if depth:
-                    log.warning("fresh run: leftover messages discarded", queue=queue, count=depth)
-                transport.delete_queue(queue)
-        finally:
-            transport.close()
-
     def _torch_threads(self) -> int:
         return self.cfg.torch_threads or node_torch_threads(self.cfg, self.roles)
 
@@ -560,6 +544,27 @@ class Supervisor:
         if self._lock is not None:  # last: the learner has stopped
             self._lock, lock = None, self._lock
             lock.close()
+
+
+def clear_leftovers(broker: str, run: str) -> None:
+    """Delete the episodes and trajectories queues an earlier run of the same name left
+    (on RabbitMQ queues outlive their run; their messages belong to weights that no longer
+    exist). For the first start of a run, by the node that holds its learner, before its
+    roles start: a node of the run started before it would lose its consumers, so start
+    the learner's node first when a run name is reused."""
+    names = Topology(run)
+    transport = connect(broker, name=f"{run}-setup")
+    try:
+        for queue in (names.episodes, names.trajectories):
+            try:
+                depth = transport.queue_depth(queue)
+            except BrokerRefused:  # 404: no such queue, nothing left over
+                continue
+            if depth:
+                log.warning("fresh run: leftover messages discarded", queue=queue, count=depth)
+            transport.delete_queue(queue)
+    finally:
+        transport.close()
 
 
 def earlier_start(run_dir: Path) -> str | None:

@@ -31,9 +31,11 @@ from ._supervisor import (
     ROLES,
     RunLocked,
     Supervisor,
+    clear_leftovers,
     earlier_start,
     node_torch_threads,
     stop_run,
+    take_learner_lock,
 )
 
 __all__ = ["main"]
@@ -202,20 +204,21 @@ def main(argv: list[str] | None = None) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
-    if "learner" in roles and not args.resume:
-        earlier = earlier_start(cfg.run_dir)
-        if earlier:
-            print(
-                f"agentrl-supervisor: run {cfg.run!r} exists ({earlier}): add --resume to "
-                "continue it, or choose another --run",
-                file=sys.stderr,
-            )
-            return FATAL_EXIT
+    earlier = earlier_start(cfg.run_dir)
+    fresh = earlier is None and not args.resume  # a node's roles get --resume: never fresh
+    if "learner" in roles and not args.resume and earlier:
+        print(
+            f"agentrl-supervisor: run {cfg.run!r} exists ({earlier}): add --resume to "
+            "continue it, or choose another --run",
+            file=sys.stderr,
+        )
+        return FATAL_EXIT
     log_dir = cfg.run_dir / "logs" / args.node
     if args.in_process or cfg.broker.startswith("memory://"):
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
         try:
-            return Supervisor(cfg, roles, node=args.node).run(progress_every=args.progress_every)
+            supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh)
+            return supervisor.run(progress_every=args.progress_every)
         except (BrokerLoginRefused, RunLocked) as exc:  # a restart cannot fix these
             print(f"agentrl-supervisor: {exc}", file=sys.stderr)
             return FATAL_EXIT
@@ -224,6 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     if refused:  # say so in seconds, once, rather than restart every role with back-off
         print(f"agentrl-supervisor: {refused}", file=sys.stderr)
         return FATAL_EXIT
+    if "learner" in roles:  # a run with a learner already: refused before anything changes
+        try:
+            lock = take_learner_lock(cfg.broker, cfg.run, args.node)
+        except RunLocked as exc:
+            print(f"agentrl-supervisor: {exc}", file=sys.stderr)
+            return FATAL_EXIT
+        try:
+            if fresh:  # before any role of this node consumes
+                clear_leftovers(cfg.broker, cfg.run)
+        finally:
+            lock.close()  # the learner's process takes it again
     threads = cfg.torch_threads or node_torch_threads(cfg, roles)
     node = NodeSupervisor(
         {role: role_argv(argv, role, args.node, threads) for role in roles},

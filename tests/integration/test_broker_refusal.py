@@ -78,3 +78,64 @@ def test_the_learner_lock_holds_across_processes_and_dies_with_its_holder(amqp_u
         except RunLocked:
             assert time.monotonic() < deadline, "the lock outlived its holder"
             time.sleep(0.5)
+
+
+def _leftover(amqp_url: str, run: str) -> None:
+    """An earlier same-named run's episode, still in its queue."""
+    from agentrl.actors import TopologySpec, declare
+    from agentrl.messages import Topology, connect
+
+    transport = connect(amqp_url, name="leftover")
+    try:
+        declare(transport, TopologySpec(run=run, pools=("current",), trajectory_capacity=64))
+        transport.publish("", Topology(run).episodes, b"an earlier run's episode").result(5)
+        assert transport.queue_depth(Topology(run).episodes) == 1
+    finally:
+        transport.close()
+
+
+def _depth(amqp_url: str, queue: str) -> int | None:
+    from agentrl.messages import BrokerRefused, connect
+
+    transport = connect(amqp_url, name="depth")
+    try:
+        return transport.queue_depth(queue)
+    except BrokerRefused:
+        return None
+    finally:
+        transport.close()
+
+
+def test_a_second_learner_node_is_refused_and_changes_nothing(tmp_path, amqp_url):
+    import uuid
+
+    from agentrl.messages import Topology
+    from agentrl.ops._supervisor import take_learner_lock
+
+    run = f"second-{uuid.uuid4().hex[:6]}"
+    _leftover(amqp_url, run)
+    lock = take_learner_lock(amqp_url, run, "first")  # the run's learner, elsewhere
+    try:
+        argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(LOCAL)]
+        argv += ["--model", "tiny", "--broker", amqp_url, "--run", run]
+        argv += ["--output-dir", str(tmp_path), "--max-steps", "1"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        lock.close()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"run '{run}' already has a learner" in done.stderr
+    assert "role started" not in done.stdout + done.stderr
+    assert _depth(amqp_url, Topology(run).episodes) == 1  # the running run's queue untouched
+
+
+def test_a_fresh_run_clears_an_earlier_same_named_runs_queues(tmp_path, amqp_url):
+    import uuid
+
+    from agentrl.messages import Topology
+    from agentrl.ops._supervisor import clear_leftovers
+
+    run = f"fresh-{uuid.uuid4().hex[:6]}"
+    _leftover(amqp_url, run)
+    clear_leftovers(amqp_url, run)
+    assert _depth(amqp_url, Topology(run).episodes) is None
+    clear_leftovers(amqp_url, run)  # nothing left: a no-op
