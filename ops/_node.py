@@ -13,6 +13,9 @@ role takes nothing else down, and watches them:
   `agentrl-supervisor stop`), so the node then drains its other roles too; this
   also stops a role that was being restarted when the broadcast went out and so
   never heard it;
+- a role dies with its node: it gets SIGTERM (and drains) when the node process dies,
+  even by SIGKILL (`die_with_node`, Linux's parent-death signal), so no role of a dead
+  node keeps training unsupervised;
 - SIGTERM or SIGINT to the node forwards SIGTERM to every role, which drains
   (stops taking work, hands back in-flight messages, exits); roles still
   running after ``stop_timeout`` seconds are killed.
@@ -45,7 +48,10 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["FATAL_EXIT", "NodeSupervisor"]
+__all__ = ["FATAL_EXIT", "NODE_PID_ENV", "NodeSupervisor", "die_with_node"]
+
+NODE_PID_ENV = "AGENTRL_NODE_PID"
+"""Set in every role's environment: the pid of the node supervisor that started it."""
 
 FATAL_EXIT = 2
 """Exit code of a role (and of the node) that no restart can fix: refused login, bad config."""
@@ -132,7 +138,8 @@ class NodeSupervisor:
     # --- internals -----------------------------------------------------------------
 
     def _start(self, role: _Role) -> None:
-        role.process = subprocess.Popen(role.argv, env=self._env, start_new_session=True)
+        env = {**(os.environ if self._env is None else self._env), NODE_PID_ENV: str(os.getpid())}
+        role.process = subprocess.Popen(role.argv, env=env, start_new_session=True)
         role.started = time.monotonic()
         role.restart_at = None
         role.exit_code = None
@@ -227,6 +234,25 @@ class NodeSupervisor:
         tmp = self._state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self._state_file)
+
+
+def die_with_node() -> None:
+    """In a role started by a node supervisor: be sent SIGTERM (a drain) when the node
+    process dies, however it dies (SIGKILL included), so no role trains on unsupervised.
+    Linux's parent-death signal; a node already gone by now ends this process at once."""
+    node = os.environ.get(NODE_PID_ENV)
+    if not node:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("no parent-death signal", errno=ctypes.get_errno())
+    if os.getppid() != int(node):  # the node died before the signal was armed
+        log.error("node supervisor gone; exiting", node_pid=int(node))
+        os._exit(1)
 
 
 def _signal(process: subprocess.Popen, sig: int) -> None:

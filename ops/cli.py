@@ -18,7 +18,7 @@ from agentrl.messages import (
 
 from ._config import BROKER_ENV, ConfigError, load_config, read_broker
 from ._logging import configure_logging
-from ._node import FATAL_EXIT, NodeSupervisor, role_argv
+from ._node import FATAL_EXIT, NodeSupervisor, die_with_node, role_argv
 from ._status import (
     StatusError,
     client_for,
@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = cfg.run_dir / "logs" / args.node
     if args.in_process or cfg.broker.startswith("memory://"):
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
+        die_with_node()  # a role of a node supervisor: its node's death is a drain
         try:
             supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh)
             return supervisor.run(progress_every=args.progress_every)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -174,3 +175,52 @@ def test_a_role_that_exits_fatally_is_not_restarted_and_the_node_exits_2(tmp_pat
     assert roles["refused"]["exit_codes"] == [2] and roles["refused"]["restarts"] == 0
     assert roles["busy"]["exit_codes"] == [-signal.SIGTERM]
     assert node.fatal == "refused"
+
+
+def test_roles_die_with_their_node_even_when_it_is_killed(tmp_path):
+    """SIGKILL of the node supervisor: each role gets SIGTERM (a drain) and exits."""
+    role = (
+        "import pathlib, signal, sys, time; from agentrl.ops._node import die_with_node; "
+        "out = pathlib.Path(sys.argv[1]); "
+        "signal.signal(signal.SIGTERM, lambda *_: (out.write_text('drained'), sys.exit(0))); "
+        "die_with_node(); out.write_text('armed'); time.sleep(120)"
+    )
+    marks = [tmp_path / "r1", tmp_path / "r2"]
+    roles = {f"r{i}": [PY, "-c", role, str(m)] for i, m in enumerate(marks, 1)}
+    node_script = (
+        "import json, pathlib, sys; from agentrl.ops._node import NodeSupervisor; "
+        f"sys.exit(NodeSupervisor(json.loads(sys.argv[1]), node='n1', "
+        f"state_file=pathlib.Path({str(tmp_path / 'n1.json')!r})).run())"
+    )
+    node = subprocess.Popen([PY, "-c", node_script, json.dumps(roles)])
+    try:
+        deadline = time.monotonic() + 60
+        while not all(m.exists() and m.read_text() == "armed" for m in marks):
+            assert time.monotonic() < deadline, "the roles did not start"
+            time.sleep(0.1)
+        pids = [r["pid"] for r in json.loads((tmp_path / "n1.json").read_text())["roles"].values()]
+        node.kill()
+        node.wait()
+        deadline = time.monotonic() + 10
+        while not all(m.read_text() == "drained" for m in marks):
+            assert time.monotonic() < deadline, [m.read_text() for m in marks]
+            time.sleep(0.1)
+        for pid in pids:  # and they are gone (reaped by init)
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.1)
+            assert not _alive(pid)
+    finally:
+        node.kill()
+        node.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
