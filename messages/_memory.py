@@ -171,11 +171,13 @@ class MemoryTransport:
         max_length: int | None = None,
         exclusive: bool = False,
         dead_letter: bool = True,
+        durable: bool | None = None,
     ) -> str:
         self._check(blocking=True)
         name = name or generated_queue_name(self.name)
         arguments = queue_arguments(name, max_length=max_length, dead_letter=dead_letter)
-        self._broker.declare_queue(name, arguments, self if exclusive else None)
+        durable = not exclusive if durable is None else durable
+        self._broker.declare_queue(name, arguments, self if exclusive else None, durable)
         return name
 
     def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:

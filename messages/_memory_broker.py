@@ -89,6 +89,8 @@ class QueueState:
     """x-arguments it was declared with."""
     owner: object | None
     """The transport owning an exclusive queue, else None."""
+    durable: bool = False
+    """Declared durable (the in-process broker never restarts; kept for redeclarations)."""
     ready: deque[Message] = field(default_factory=deque)
     """Messages waiting for a consumer."""
     consumers: list[ConsumerRecord] = field(default_factory=list)
@@ -162,11 +164,18 @@ class Broker:
                 f"exchange {name!r} is {existing.kind}, not {kind}", PRECONDITION_FAILED
             )
 
-    def declare_queue(self, name: str, arguments: dict[str, Any], owner: object | None) -> None:
+    def declare_queue(
+        self, name: str, arguments: dict[str, Any], owner: object | None, durable: bool = False
+    ) -> None:
         with self._lock:
-            queue = self._queues.setdefault(name, QueueState(name, dict(arguments), owner))
+            queue = self._queues.setdefault(name, QueueState(name, dict(arguments), owner, durable))
         if queue.owner is not None and queue.owner is not owner:
             raise BrokerRefused(f"queue {name!r} is exclusive to another owner", RESOURCE_LOCKED)
+        if queue.durable != durable:
+            raise BrokerRefused(
+                f"queue {name!r} declared with durable={queue.durable}, not {durable}",
+                PRECONDITION_FAILED,
+            )
         if (queue.owner is None) != (owner is None) or queue.arguments != arguments:
             raise BrokerRefused(
                 f"queue {name!r} declared with {queue.arguments} "

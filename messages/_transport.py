@@ -229,11 +229,15 @@ class Transport(Protocol):
         max_length: int | None = None,
         exclusive: bool = False,
         dead_letter: bool = True,
+        durable: bool | None = None,
     ) -> str:
         """Declare a queue and return its name ('' -> a unique generated name).
 
         `max_length` bounds the ready messages (publishers are held back, never
-        dropped); `dead_letter` sets the queue's DLX to `<run>.dlx`.
+        dropped); `dead_letter` sets the queue's DLX to `<run>.dlx`. `durable` (default:
+        not `exclusive`) queues and their messages (every publish is persistent) survive
+        a broker restart; a redeclaration with the other durability is refused (406).
+        Exchanges are always durable.
         """
         ...
 

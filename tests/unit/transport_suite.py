@@ -302,6 +302,20 @@ def test_redeclare_with_other_arguments_fails(bus: Bus) -> None:
     bus.admin.publish("", queue, b"ok").result(WAIT)
 
 
+def test_named_queues_are_durable_and_a_transient_redeclaration_fails(bus: Bus) -> None:
+    """Shared queues are durable by default (their messages survive a broker restart), so
+    declaring one transient is refused; a queue declared transient stays transient."""
+    queue = bus.queue("durable")
+    with pytest.raises(TransportError):
+        bus.admin.declare_queue(queue, durable=False)
+    assert bus.admin.declare_queue(queue, durable=True) == queue
+    transient = bus.queue("transient", durable=False)
+    with pytest.raises(TransportError):
+        bus.admin.declare_queue(transient)
+    bus.admin.publish("", queue, b"ok").result(WAIT)
+    assert bus.admin.queue_depth(queue) == 1
+
+
 def test_unroutable_publish_fails(bus: Bus) -> None:
     direct = bus.exchange("direct", "direct")
     with pytest.raises(Unroutable):
