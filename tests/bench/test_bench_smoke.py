@@ -37,6 +37,13 @@ FIGURES = {
         r"loaded step overhead: p50 [\d.]+ ms",
         r"finished 20, errors 0",
     ],
+    "transport.py": [
+        r"raw pika +\d+ msg/s",
+        r"agentrl durable +\d+ msg/s",
+        r"ratio agentrl transient / raw pika: [\d.]+",
+        r"ratio agentrl durable / agentrl transient: [\d.]+",
+        r"round trip through the broker \(50 RPCs\): p50 [\d.]+ ms",
+    ],
     "learning.py": [
         r"\[full\] warm start: 1 steps in \d+ s",
         r"\[full\] before \(v1\): \{",
@@ -62,11 +69,11 @@ def _broker_answers() -> bool:
 
 @pytest.mark.parametrize("script", sorted(FIGURES))
 def test_smoke(script: str, tmp_path: Path) -> None:
-    if script == "env_controller.py" and not _broker_answers():
-        # its env workers are separate processes: the in-process broker cannot reach them
+    if script in ("env_controller.py", "transport.py") and not _broker_answers():
+        # env workers are separate processes; transport.py measures RabbitMQ itself
         if os.environ.get("AGENTRL_REQUIRE_BROKER") == "1":
             pytest.fail("no RabbitMQ broker at 127.0.0.1:5672 and AGENTRL_REQUIRE_BROKER=1")
-        pytest.skip("env_controller.py needs RabbitMQ at 127.0.0.1:5672")
+        pytest.skip(f"{script} needs RabbitMQ at 127.0.0.1:5672")
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), "--smoke"],
         cwd=tmp_path,
