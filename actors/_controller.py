@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pykka
 import structlog
@@ -49,6 +50,7 @@ from agentrl.messages import (
 )
 
 from ._env_registry import EnvRegistry, RegistryTimes
+from ._ledger import ISSUED_FILE, append_lines, read_lines
 from ._mix import TaskMixer
 from ._wire import (
     TopologySpec,
@@ -95,7 +97,14 @@ class ControllerActor(pykka.ThreadingActor):
         env_times: RegistryTimes | None = None,
         reconcile_interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        ledger_dir: Path | None = None,
+        first_version: int = 0,
     ) -> None:
+        """``ledger_dir``: where ``issued.jsonl`` goes (`_ledger`); a controller restarted
+        on a run with one restores its issue count and task order from it. None: no
+        ledger (the count then restarts at one batch per trained version).
+        ``first_version``: the version RL began at (the warm start's), where the
+        admission budget starts."""
         super().__init__()
         self._log = log.bind(role="controller", actor="controller")
         if episodes_per_batch % group_size:
@@ -114,11 +123,15 @@ class ControllerActor(pykka.ThreadingActor):
             seed=seed,
             schedules={n: t.schedule for n, t in self._tasks.items() if t.schedule is not None},
         )
-        # Resuming at version v: the episodes of batches 1..v were issued and trained.
-        self._issued = initial.version * episodes_per_batch
+        self._first = first_version
+        self._ledger = ledger_dir / ISSUED_FILE if ledger_dir is not None else None
+        self._unjournaled: list[dict] = []
         self._dropped = 0
         self._groups = 0
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
+        # Resuming at version v without a ledger: batches first+1..v were issued and trained.
+        self._issued = max(0, initial.version - first_version) * episodes_per_batch
+        self._restore()
         self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
         self._learner_metrics: dict[str, float] = {}
         self._registry = EnvRegistry(env_times)
@@ -126,6 +139,26 @@ class ControllerActor(pykka.ThreadingActor):
         self._reconcile_every = reconcile_interval
         self._ticker_stop = threading.Event()
         self._transport = None
+
+    def _restore(self) -> None:
+        """Replay the ledger's issued groups: the counts, and the mixer's position (its
+        picks are deterministic given the seed and the version at each pick)."""
+        entries = list(read_lines(self._ledger)) if self._ledger is not None else []
+        if not entries:
+            return
+        disagree = 0
+        for entry in entries:
+            task, index = self._mixer.next(int(entry["version"]))
+            disagree += (task, index) != (entry["task"], entry["index"])
+            self._issued_by_task[entry["task"]] = (
+                self._issued_by_task.get(entry["task"], 0) + entry["episodes"]
+            )
+        self._groups = len(entries)
+        self._issued = sum(int(e["episodes"]) for e in entries)
+        if disagree:  # tasks, weights or seed changed since: counts hold, the order is new
+            self._log.warning("ledger and task mixer disagree", groups=disagree)
+        self._log.info("issue count restored from the ledger", groups=self._groups,
+                       issued=self._issued)  # fmt: skip
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -301,6 +334,11 @@ class ControllerActor(pykka.ThreadingActor):
         if msg is None:
             return
         beat = msg.payload
+        if beat.role == "learner":  # its run-wide drop count, also before its next report
+            dropped = int(beat.state.get("dropped_episodes", 0))
+            if dropped > self._dropped:
+                self._dropped = dropped
+                self._admit()
         known = self._beats.get(beat.actor_id)
         if known is None or beat.at >= known.at:
             self._beats[beat.actor_id] = beat
@@ -342,7 +380,8 @@ class ControllerActor(pykka.ThreadingActor):
     # --- admission -------------------------------------------------------------------
 
     def _allowance(self) -> int:
-        budget = (self._latest.version + self._eta + 1) * self._batch + self._dropped
+        rl_version = self._latest.version - self._first
+        budget = (rl_version + self._eta + 1) * self._batch + self._dropped
         return budget - self._issued
 
     def _admit(self) -> None:
@@ -350,6 +389,9 @@ class ControllerActor(pykka.ThreadingActor):
         while self._allowance() >= self._group_size:
             futures.extend(self._issue_group())
         wait_all(futures)
+        if self._ledger is not None:  # confirmed by the broker: now they are issued
+            append_lines(self._ledger, self._unjournaled)
+        self._unjournaled.clear()
 
     def _issue_group(self) -> list:
         task, index = self._mixer.next(self._latest.version)
@@ -370,5 +412,14 @@ class ControllerActor(pykka.ThreadingActor):
             futures.append(self._transport.publish("", self._names.episodes, body))
         self._issued += self._group_size
         self._issued_by_task[task] += self._group_size
+        self._unjournaled.append(
+            {
+                "group": group_id,
+                "task": task,
+                "index": index,
+                "episodes": self._group_size,
+                "version": self._latest.version,
+            }
+        )
         self._log.debug("group issued", task=task, index=index, group=group_id)
         return futures

@@ -23,11 +23,15 @@ TRAINED_JOURNAL = "trained.jsonl"
 """In the checkpoint directory: one JSON line per update, the groups it trained."""
 
 
-def journal_groups(path: Path, version: int, groups: set[str]) -> None:
-    """Append the groups trained into ``version``, fsynced before returning."""
+def journal_groups(
+    path: Path, version: int, groups: set[str], episodes: list[str] | None = None
+) -> None:
+    """Append the groups (and episodes) trained into ``version``, fsynced before returning.
+    The episodes make this file the ledger's record of what was trained (`_ledger`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"version": version, "groups": sorted(groups), "episodes": sorted(episodes or [])}
     with path.open("a") as f:
-        f.write(json.dumps({"version": version, "groups": sorted(groups)}) + "\n")
+        f.write(json.dumps(entry) + "\n")
         f.flush()
         os.fsync(f.fileno())
 

@@ -52,6 +52,7 @@ from agentrl.trainer import LearnerBackend, build_batch
 
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, journal_groups, trained_groups
+from ._ledger import DROPPED_FILE, append_lines, read_lines
 from ._metrics import batch_metrics
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
@@ -113,10 +114,12 @@ class LearnerActor(pykka.ThreadingActor):
         task_normalize: bool = True,
         max_token_lag: int | None = None,
         first_version: int = 0,
+        ledger_dir: Path | None = None,
     ) -> None:
         """``max_steps`` counts the run's RL updates, ``version - first_version`` (the
         warm start's version, or 0), over every process of the run: a learner restarted
-        at v4 of ``max_steps: 6`` trains two more."""
+        at v4 of ``max_steps: 6`` trains two more. ``ledger_dir``: where the drops go
+        (`_ledger`); the dropped totals continue from it after a restart."""
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
         self._broker = broker
@@ -141,9 +144,11 @@ class LearnerActor(pykka.ThreadingActor):
         self._groups: dict[str, _Group] = {}
         self._seen: set[str] = set()
         self._to_ack: list[Delivery] = []
-        self._dropped_episodes = 0
-        self._dropped_groups = 0
-        self._drops_by_reason: Counter[str] = Counter()
+        self._drops = ledger_dir / DROPPED_FILE if ledger_dir is not None else None
+        earlier = [e for e in read_lines(self._drops) if "members" not in e] if self._drops else []
+        self._dropped_episodes = sum(int(e["episodes"]) for e in earlier)  # over the run
+        self._dropped_groups = len(earlier)
+        self._drops_by_reason: Counter[str] = Counter(e["reason"] for e in earlier)
         self._dropped_ids: OrderedDict[str, None] = OrderedDict()
         self._group_timeout = group_timeout
         self._sweep_every = sweep_interval
@@ -279,6 +284,7 @@ class LearnerActor(pykka.ThreadingActor):
         while not self._done.is_set():
             batch: list[Trajectory] = []
             used: list[Delivery] = []
+            untrained: list[dict] = []
             chosen = 0
             for gid, group in self._complete_groups():
                 members = [t for t in group.trajectories() if not _untrained(t)]
@@ -290,12 +296,16 @@ class LearnerActor(pykka.ThreadingActor):
                     break
                 batch.extend(members)
                 used.extend(d for _, d in group.members.values())
+                for reason in ("infra_failure", "sample_error"):
+                    lost = [t.episode_id for t in group.trajectories() if t.metrics.get(reason)]
+                    if lost:
+                        untrained.append({"group": gid, "members": lost, "reason": reason})
                 chosen += 1
             if chosen < self._groups_per_batch:
                 return
             for t in batch:
                 self._groups.pop(t.group_id, None)
-            self._train(batch, used)
+            self._train(batch, used, untrained)
 
     def _drop(self, gid: str, group: _Group, reason: str) -> None:
         """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""
@@ -306,6 +316,10 @@ class LearnerActor(pykka.ThreadingActor):
         self._dropped_groups += 1
         self._drops_by_reason[reason] += 1
         self._dropped_episodes += self._group_size
+        if self._drops is not None:  # on disk before the acks
+            entry = {"group": gid, "episodes": self._group_size, "reason": reason,
+                     "version": self._version}  # fmt: skip
+            append_lines(self._drops, [entry])
         for episode, (_, delivery) in group.members.items():
             self._seen.discard(episode)
             delivery.ack()
@@ -331,7 +345,7 @@ class LearnerActor(pykka.ThreadingActor):
             },
         }
 
-    def _train(self, batch: list[Trajectory], used: list[Delivery]) -> None:
+    def _train(self, batch: list[Trajectory], used: list[Delivery], untrained=()) -> None:
         start = time.monotonic()
         idle = start - self._last_step_end
         train = build_batch(
@@ -350,8 +364,12 @@ class LearnerActor(pykka.ThreadingActor):
         path = self._ckpt_dir / f"v{version:06d}"
         # Journal first: if the learner dies after the checkpoint is complete but before
         # the acks, a learner resumed from it skips these groups' redeliveries.
-        journal_groups(self._journal, version, {t.group_id for t in batch})
+        journal_groups(
+            self._journal, version, {t.group_id for t in batch}, [t.episode_id for t in batch]
+        )
         digest = self._backend.save(path)
+        if self._drops is not None:  # the members acked with the batch but not trained
+            append_lines(self._drops, [{**u, "version": version} for u in untrained])
         saved = time.monotonic()
         ready = CheckpointReady(
             version=version, uri=str(path), digest=digest, created_at=time.time()

@@ -38,6 +38,7 @@ from agentrl.actors import (
     subscribe,
 )
 from agentrl.actors._env_registry import RegistryTimes
+from agentrl.actors._ledger import LEDGER_DIR
 from agentrl.actors._vllm_engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
@@ -280,6 +281,8 @@ class Supervisor:
                     cfg.env_registry.idle_limit,
                 ),
                 reconcile_interval=cfg.env_registry.reconcile_interval,
+                ledger_dir=cfg.run_dir / LEDGER_DIR,
+                first_version=self._first_version(),
             )
         if "rollout" in self.roles:
             r = cfg.rollout
@@ -384,13 +387,19 @@ class Supervisor:
             prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),
             pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             max_steps=cfg.max_steps,
-            first_version=warm.version if (warm := read_warm_start(cfg.run_dir)) else 0,
+            first_version=self._first_version(),
+            ledger_dir=cfg.run_dir / LEDGER_DIR,
             on_metrics=on_metrics,
             on_batch=on_batch,
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
             node=self.node,
         )
+
+    def _first_version(self) -> int:
+        """The version RL began at: the warm start's, or 0."""
+        warm = read_warm_start(self.cfg.run_dir)
+        return warm.version if warm else 0
 
     def _torch_threads(self) -> int:
         return self.cfg.torch_threads or node_torch_threads(self.cfg, self.roles)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
+from agentrl.actors._ledger import read_ledger
 from agentrl.messages import (
     BrokerLoginRefused,
     BrokerRefused,
@@ -80,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
         help="run every role in this process (always so for memory://); by default each role "
         "of an amqp:// run gets its own supervised process",
     )
+    ledger = sub.add_parser(
+        "ledger", help="a run's episodes: issued, trained, dropped, open, trained twice"
+    )
+    ledger.add_argument("--run", required=True, help="the run name")
+    ledger.add_argument("--output-dir", default="runs", help="parent directory of runs")
+    ledger.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ledger.add_argument(
+        "--list", type=int, default=20, metavar="N", help="list up to N open episodes"
+    )
     stop = sub.add_parser("stop", help="ask every node of a run to drain and exit")
     stop.add_argument("--broker", help=f"the run's broker URL, or @FILE (default ${BROKER_ENV})")
     stop.add_argument("--run", required=True, help="the run name")
@@ -93,6 +105,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    """Print the run's ledger; exit 1 when an episode was trained twice or appears
+    trained/dropped without having been issued, else 0."""
+    run_dir = Path(args.output_dir) / args.run
+    if not run_dir.is_dir():
+        print(f"agentrl-supervisor: no run directory {run_dir}", file=sys.stderr)
+        return 2
+    ledger = read_ledger(run_dir)
+    counts = ledger.counts()
+    if args.json:
+        out = {**counts, "last_version": ledger.last_version,
+               "dropped_by_reason": dict(ledger.drop_reasons()), "open_episodes": ledger.open,
+               "trained_twice_episodes": ledger.trained_twice,
+               "unissued_episodes": ledger.unissued}  # fmt: skip
+        print(json.dumps(out, indent=2))
+    else:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(ledger.drop_reasons().items()))
+        print(f"run {args.run}: {counts['groups']} groups, {counts['issued']} episodes issued")
+        print(f"  trained       {counts['trained']} (into v1..v{ledger.last_version})")
+        print(f"  dropped       {counts['dropped']}" + (f" ({reasons})" if reasons else ""))
+        print(f"  open          {counts['open']} (issued, neither trained nor dropped: in "
+              "flight, or lost if the run has ended)")  # fmt: skip
+        print(f"  trained twice {counts['trained_twice']}")
+        print(f"  unissued      {counts['unissued']}")
+        for episode in ledger.open[: args.list]:
+            print(f"  open: {episode} ({ledger.issued[episode]})")
+        for episode, versions in sorted(ledger.trained_twice.items()):
+            print(f"  trained twice: {episode} into {versions}")
+    return 1 if counts["trained_twice"] or counts["unissued"] else 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -172,6 +215,8 @@ def _login_refused(broker: str, name: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command == "ledger":  # files only: no broker
+        return _ledger(args)
     try:
         args.broker = read_broker(args.broker)
     except ValueError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentrl.actors._ledger import read_ledger
 from agentrl.ops import Supervisor, parse_config
 
 
@@ -49,4 +50,9 @@ def run_smoke(tmp_path: Path, broker: str, run: str, steps: int = 2) -> list[dic
     assert len(events) == 1 and events[0].stat().st_size > 0
     gaps = [m["rollout/logprob_gap_current"] for m in metrics if "rollout/logprob_gap_current" in m]
     assert gaps and max(gaps) < 1e-3, gaps
+    # the ledger accounts for every trained episode, once, each one issued
+    ledger = read_ledger(cfg.run_dir)
+    assert len(ledger.trained) == steps * 4 and ledger.last_version == steps
+    assert not ledger.trained_twice and not ledger.unissued
+    assert len(ledger.issued) == len(ledger.trained) + len(ledger.dropped) + len(ledger.open)
     return metrics

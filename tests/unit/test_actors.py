@@ -529,8 +529,8 @@ def test_a_learner_resumed_after_its_checkpoint_skips_the_unacked_replay(
     wait_for(lambda: client.queue_depth(names.trajectories) == 0, what="g1 acked")
     journal = (tmp_path / "ckpt" / "trained.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in journal] == [
-        {"version": 1, "groups": ["g1"]},
-        {"version": 2, "groups": ["g2"]},
+        {"version": 1, "groups": ["g1"], "episodes": ["g1-0", "g1-1"]},
+        {"version": 2, "groups": ["g2"], "episodes": ["g2-0", "g2-1"]},
     ]
 
 
