@@ -17,7 +17,7 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["TRAINED_JOURNAL", "journal_groups", "trained_groups"]
+__all__ = ["TRAINED_JOURNAL", "journal_groups", "trained_episodes", "trained_groups"]
 
 TRAINED_JOURNAL = "trained.jsonl"
 """In the checkpoint directory: one JSON line per update, the groups it trained."""
@@ -55,3 +55,22 @@ def trained_groups(path: Path, version: int) -> set[str]:
         if entry.get("version") == version:
             groups.update(entry.get("groups", []))
     return groups
+
+
+def trained_episodes(path: Path, first: int, last: int) -> dict[str, int]:
+    """Episode -> version for the episodes trained into versions ``first..last`` (the last
+    entry of a version counts; entries after ``last`` are from updates whose checkpoint did
+    not survive). A resumed learner skips a second copy of any of them: a rollout that died
+    after publishing a trajectory but before acking its episode plays the episode again."""
+    if not path.exists():
+        return {}
+    by_version: dict[int, list[str]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash mid-write (`trained_groups` logs it)
+        version = int(entry.get("version", -1))
+        if first <= version <= last:
+            by_version[version] = list(entry.get("episodes", []))
+    return {e: v for v, episodes in sorted(by_version.items()) for e in episodes}

@@ -51,7 +51,7 @@ from agentrl.messages import (
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._heartbeat import HeartbeatSender
-from ._journal import TRAINED_JOURNAL, journal_groups, trained_groups
+from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
 from ._ledger import DROPPED_FILE, append_lines, read_lines
 from ._metrics import batch_metrics
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
@@ -161,6 +161,11 @@ class LearnerActor(pykka.ThreadingActor):
         self._transport = None
         self._journal = self._ckpt_dir / TRAINED_JOURNAL
         self._trained = trained_groups(self._journal, start_version)
+        # episodes trained within the staleness window (older copies are stale anyway)
+        self._trained_episodes = trained_episodes(
+            self._journal, start_version - hard_staleness - 1, start_version
+        )
+        self._duplicates_skipped = 0
         self._replays_skipped = 0
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
@@ -235,11 +240,20 @@ class LearnerActor(pykka.ThreadingActor):
             self._log.info("replay of a trained group skipped", group=traj.group_id)
             delivery.ack()
             return
+        if traj.episode_id in self._trained_episodes:
+            # A second copy of a trained episode: its rollout died after publishing the
+            # trajectory and before acking the episode, which was then played again.
+            self._duplicates_skipped += 1
+            self._log.info("copy of a trained episode skipped", episode=traj.episode_id)
+            delivery.ack()
+            return
         if traj.episode_id in self._seen:
-            # A redelivery of something already buffered (e.g. after a reconnect):
-            # keep the newest delivery handle, the old one belongs to a dead channel.
+            # A redelivery (after a reconnect) or a second copy of something buffered:
+            # keep the newest delivery handle; the old one is acked with the next update
+            # (settling a delivery of a dead channel is a no-op).
             group = self._groups.get(traj.group_id)
             if group is not None and traj.episode_id in group.members:
+                self._to_ack.append(group.members[traj.episode_id][1])
                 group.members[traj.episode_id] = (traj, delivery)
             else:
                 self._to_ack.append(delivery)
@@ -382,6 +396,14 @@ class LearnerActor(pykka.ThreadingActor):
         self._to_ack.clear()
         for t in batch:
             self._seen.discard(t.episode_id)
+            self._trained_episodes[t.episode_id] = version
+        horizon = version - self._hard - 1  # older copies would be dropped as stale
+        if len(self._trained_episodes) > 4 * self._groups_per_batch * self._group_size * (
+            self._hard + 2
+        ):
+            self._trained_episodes = {
+                e: v for e, v in self._trained_episodes.items() if v >= horizon
+            }
         self._prune_checkpoints()
         end = time.monotonic()
         metrics = {
@@ -392,6 +414,7 @@ class LearnerActor(pykka.ThreadingActor):
             "learner/idle_ratio": idle / max(end - self._last_step_end, 1e-9),
             **self._drop_metrics(),
             "learner/replays_skipped_total": float(self._replays_skipped),
+            "learner/duplicates_skipped_total": float(self._duplicates_skipped),
             **stats,
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }

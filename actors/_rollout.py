@@ -230,6 +230,13 @@ class RolloutActor(pykka.ThreadingActor):
         if req.task not in self._envs:
             delivery.dead_letter(f"episode_request.task: no environment for task {req.task!r}")
             return
+        env = self._envs[req.task]
+        if not isinstance(env, RemoteEnvironment) and not 0 <= req.index < env.num_instances:
+            delivery.dead_letter(  # a malformed request, not a bug: it must not stop the actor
+                f"episode_request.index: {req.index} not in [0, {env.num_instances}) "
+                f"for task {req.task!r}"
+            )
+            return
         self._bump("started")
         try:
             traj = self.run_episode(req)

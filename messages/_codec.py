@@ -96,7 +96,10 @@ def decode(
     try:
         wire = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise MessageError(f"message body: not valid msgpack ({exc})") from exc
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        head = bytes(body[:16]).hex(" ")
+        more = f" ... ({len(body)} bytes)" if len(body) > 16 else f" ({len(body)} bytes)"
+        raise MessageError(f"message body: not valid msgpack ({why}); starts {head}{more}") from exc
     if not isinstance(wire, dict):
         raise MessageError(f"message body: expected a map, got {_type_name(wire)}")
     if set(wire) != {"envelope", "payload"}:

@@ -589,6 +589,35 @@ def test_max_steps_counts_from_the_warm_start(broker, spec, client, tmp_path):
     assert backend.steps == 1 and metrics[-1]["version"] == 9.0
 
 
+def test_a_second_copy_of_a_trained_episode_is_not_trained_again(broker, spec, client, tmp_path):
+    """A rollout that died after publishing its trajectory, before acking the episode:
+    the episode is played again and its second copy arrives after the first was trained;
+    a learner restarted afterwards knows it from the journal too."""
+    backend = FakeBackend()
+    _, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=2)
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
+    wait_for(lambda: backend.steps == 1, what="g1 trained")
+    publish_trajs(client, spec, [trajectory("g1", 1, reward=0.5)])  # the replayed copy
+    publish_trajs(client, spec, [trajectory("g2", 0, reward=0.0), trajectory("g2", 1, reward=1.0)])
+    assert done.wait(20)
+    assert [b.num_rows for b in backend.batches] == [2, 2]  # g1, then g2: no copy trained
+    assert metrics[-1]["learner/duplicates_skipped_total"] == 1.0
+    pykka.ActorRegistry.stop_all()
+    again = FakeBackend()  # restarted at v2: the copy of g1-0 comes once more
+    done, later = threading.Event(), []
+    LearnerActor.start(
+        broker=broker, topology=spec, backend_factory=lambda: again,
+        checkpoint_dir=tmp_path / "ckpt", start_version=2, group_size=2, groups_per_batch=1,
+        hard_staleness=8, prefetch=64, pad_id=0, max_steps=3, done=done,
+        on_metrics=later.append,
+    )  # fmt: skip
+    publish_trajs(client, spec, [trajectory("g1", 0, reward=0.5)])
+    publish_trajs(client, spec, [trajectory("g3", 0, reward=0.0), trajectory("g3", 1, reward=1.0)])
+    assert done.wait(20)
+    assert [b.num_rows for b in again.batches] == [2]
+    assert later[-1]["learner/duplicates_skipped_total"] == 1.0  # known from the journal
+
+
 def test_learner_drops_groups_without_two_survivors(broker, spec, client, tmp_path):
     backend = FakeBackend()
     _, done, metrics = start_learner(broker, spec, tmp_path, backend, max_steps=1)

@@ -281,6 +281,10 @@ def test_little_endian_layout() -> None:
 
 def test_reject_not_msgpack() -> None:
     assert "not valid msgpack" in decode_error(b"\xc1")
+    # the reason says what was wrong and shows the bytes, even when msgpack says nothing
+    assert decode_error(b"\xc1 garbage") == (
+        "message body: not valid msgpack (FormatError); starts c1 20 67 61 72 62 61 67 65 (9 bytes)"
+    )
     assert "not valid msgpack" in decode_error(encode(CheckpointQuery("x"), run="r")[:-3])
 
 
