@@ -29,9 +29,16 @@ STEPS = 4
 EPISODES_PER_BATCH = 4  # smoke_config: 2 groups of 2
 
 
-def _start(tmp_path: Path, amqp_url: str, run: str, *extra: str) -> subprocess.Popen:
+def _start(
+    tmp_path: Path, amqp_url: str, run: str, *extra: str, remote: bool = False
+) -> subprocess.Popen:
+    """The node, every role a process; ``remote``: the task served by env workers (the
+    ``env`` role) over the broker."""
     config = tmp_path / f"{run}.yaml"
-    config.write_text(yaml.safe_dump(smoke_config(tmp_path, amqp_url, run, steps=STEPS)))
+    raw = smoke_config(tmp_path, amqp_url, run, steps=STEPS)
+    if remote:
+        raw["tasks"]["calculator"].update(remote=True, workers=1, capacity=8)
+    config.write_text(yaml.safe_dump(raw))
     argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(config)]
     argv += ["--node", "n1", "--progress-every", "5", *extra]
     log = (tmp_path / f"{run}.out").open("ab")
@@ -77,7 +84,7 @@ def _check_ledger(amqp_url: str, run: str, run_dir: Path) -> dict:
     # second copy of an episode whose rollout died between publishing and acking)
     assert set(ledger.open) <= waiting, sorted(set(ledger.open) - waiting)
     assert waiting <= set(ledger.issued), sorted(waiting - set(ledger.issued))
-    return {**ledger.counts(), "waiting": len(waiting)}
+    return {**ledger.counts(), "waiting": len(waiting), "reasons": dict(ledger.drop_reasons())}
 
 
 def _waiting_episodes(amqp_url: str, run: str) -> set[str]:
@@ -119,11 +126,11 @@ def _finish(proc: subprocess.Popen, tmp_path: Path, run: str) -> None:
     assert code == 0, out[-4000:]
 
 
-@pytest.mark.parametrize("role", ["learner", "controller", "rollout", "sampler"])
+@pytest.mark.parametrize("role", ["learner", "controller", "rollout", "sampler", "env"])
 def test_a_killed_role_loses_nothing_and_trains_nothing_twice(tmp_path, amqp_url, role):
     run = f"fault-{role}-{uuid.uuid4().hex[:6]}"
     run_dir = tmp_path / run
-    proc = _start(tmp_path, amqp_url, run)
+    proc = _start(tmp_path, amqp_url, run, remote=role == "env")
     try:
         _wait(lambda: _versions(run_dir)[-1:] >= [1], 240, "the first update", proc)
         victim = _role_pid(run_dir, role)
@@ -138,9 +145,11 @@ def test_a_killed_role_loses_nothing_and_trains_nothing_twice(tmp_path, amqp_url
     print(f"ledger after SIGKILL of the {role}: {counts}")
 
 
-def test_a_killed_node_then_a_resume_loses_nothing(tmp_path, amqp_url):
-    """SIGKILL of the node supervisor: its roles drain and exit (parent-death signal);
-    the same command with --resume finishes the run."""
+@pytest.mark.parametrize("whole", [False, True], ids=["supervisor", "every-process"])
+def test_a_killed_node_then_a_resume_loses_nothing(tmp_path, amqp_url, whole):
+    """SIGKILL of the node supervisor (its roles drain and exit: parent-death signal), or
+    of the node's every process at once (a machine lost); the same command with
+    --resume finishes the run."""
     run = f"fault-node-{uuid.uuid4().hex[:6]}"
     run_dir = tmp_path / run
     proc = _start(tmp_path, amqp_url, run)
@@ -149,6 +158,9 @@ def test_a_killed_node_then_a_resume_loses_nothing(tmp_path, amqp_url):
         roles = json.loads((run_dir / "nodes" / "n1.json").read_text())["roles"]
         pids = [r["pid"] for r in roles.values() if r.get("alive")]
         proc.send_signal(signal.SIGKILL)
+        if whole:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
         _wait(lambda: not any(_alive(p) for p in pids), 120, "the orphaned roles to exit")
     finally:
