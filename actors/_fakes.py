@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentrl.trainer import TrainBatch, checkpoint_digest
 
-from ._engine_base import EngineClosed, EngineError, Generation, check_request
+from .engines.base import EngineClosed, EngineError, Generation, check_request
 
 __all__ = ["FakeBackend", "ScriptedEngine"]
 

@@ -42,7 +42,6 @@ from agentrl.messages import (
 )
 from agentrl.trainer import checkpoint_digest
 
-from ._engine_base import EngineClosed, SamplerEngine, WeightsMismatch
 from ._heartbeat import HeartbeatSender
 from ._wire import (
     TopologySpec,
@@ -51,6 +50,7 @@ from ._wire import (
     forward_to,
     subscribe,
 )
+from .engines.base import EngineClosed, SamplerEngine, WeightsMismatch
 
 log = structlog.get_logger(__name__)
 

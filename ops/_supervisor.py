@@ -39,7 +39,7 @@ from agentrl.actors import (
 )
 from agentrl.actors._env_registry import RegistryTimes
 from agentrl.actors._ledger import LEDGER_DIR
-from agentrl.actors._vllm_engine import VLLMEngine
+from agentrl.actors.engines.vllm.engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
 from agentrl.environments._worker import EnvWorker

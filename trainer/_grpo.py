@@ -317,7 +317,7 @@ def token_logprobs(
     copy of the logits is held at once outside autograd. T is the sampler's
     temperature so the learner scores tokens with the distribution that
     sampled them. The sampler records the same quantity: ``log_softmax(logits
-    / T)`` at the sampled token, *before* top-p truncation (actors/_sampling.py).
+    / T)`` at the sampled token, *before* top-p truncation (actors/engines/torch/sampling.py).
     T = 0 (greedy) is refused: an argmax has no distribution to score (the
     sampler records ``log_softmax(logits)``, T = 1, for greedy tokens), so the
     run config requires ``rollout.temperature > 0``.

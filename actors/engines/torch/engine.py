@@ -18,11 +18,11 @@ it; the engine then stops admitting requests, lets the rows in flight finish on
 the old weights (they report the old version), copies the new tensors into the
 existing module and resumes admission with the new version.
 
-How rows run through the model is an executor's job (`_executors`): Llama-family
+How rows run through the model is an executor's job (`executors`): Llama-family
 models take `SlotExecutor` (a lean forward over a slot KV cache with prefix
 reuse: a prompt that shares a prefix with a running request or a recently
 finished one only computes the rest), anything else `HFExecutor` (the HF
-forward over a left-padded `DynamicCache`). Per-row sampling is in `_sampling`.
+forward over a left-padded `DynamicCache`). Per-row sampling is in `sampling`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 
 from agentrl.trainer import load_causal_lm
 
-from ._engine_base import (
+from ..base import (
     EngineError,
     Generation,
     QueuedEngine,
@@ -46,10 +46,10 @@ from ._engine_base import (
     safetensors_files,
     tied_names,
 )
-from ._executors import Executor, HFExecutor, SlotExecutor
-from ._kvbatch import _Row
-from ._llama import unsupported
-from ._sampling import sample_tokens
+from .executors import Executor, HFExecutor, SlotExecutor
+from .kvbatch import _Row
+from .llama import unsupported
+from .sampling import sample_tokens
 
 log = structlog.get_logger(__name__)
 

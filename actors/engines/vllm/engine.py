@@ -49,7 +49,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from ._engine_base import (
+from ..base import (
     EngineError,
     Generation,
     QueuedEngine,

@@ -23,9 +23,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ._kvbatch import _Batch, _Row
-from ._llama import SlotRunner
-from ._prefix import PrefixStore, common_prefix
+from .kvbatch import _Batch, _Row
+from .llama import SlotRunner
+from .prefix import PrefixStore, common_prefix
 
 
 class Executor(Protocol):
