@@ -21,6 +21,7 @@ import yaml
 
 from agentrl.actors._ledger import read_ledger
 from agentrl.messages import Topology, connect
+from tests.processes import alive
 from tests.smoke_helpers import smoke_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -162,7 +163,7 @@ def test_a_killed_node_then_a_resume_loses_nothing(tmp_path, amqp_url, whole):
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
-        _wait(lambda: not any(_alive(p) for p in pids), 120, "the orphaned roles to exit")
+        _wait(lambda: not any(alive(p) for p in pids), 120, "the orphaned roles to exit")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -198,18 +199,6 @@ def test_a_broker_restart_loses_nothing(tmp_path, amqp_url):
             proc.kill()
     counts = _check_ledger(amqp_url, run, run_dir)
     print(f"ledger after a broker restart: {counts}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-            return stat.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _poison(run: str) -> dict[str, list[tuple[str, bytes]]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 
 import pykka
 import pytest
@@ -32,11 +31,9 @@ from agentrl.messages import (
     MetricsReport,
     Topology,
     Trajectory,
-    connect,
     decode,
     encode,
 )
-from agentrl.messages._memory import reset_memory_broker
 from agentrl.messages._transport import REASON_HEADER
 from tests.unit.records import trajectory as make_trajectory
 from tests.unit.scripts import calculator_script
@@ -56,30 +53,7 @@ def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(autouse=True)
-def _stop_actors():
-    yield
-    pykka.ActorRegistry.stop_all()
-
-
-@pytest.fixture
-def broker():
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    yield f"memory://{name}"
-    reset_memory_broker(name)
-
-
-@pytest.fixture
-def spec():
-    return TopologySpec(run=f"r{uuid.uuid4().hex[:6]}", pools=("current",), trajectory_capacity=64)
-
-
-@pytest.fixture
-def client(broker, spec):
-    transport = connect(broker, name="test-client")
-    Topology(spec.run).declare(transport, list(spec.pools), spec.trajectory_capacity)
-    yield transport
-    transport.close()
+pytestmark = pytest.mark.usefixtures("stop_actors")
 
 
 def initial(version: int = 0) -> CheckpointReady:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from pathlib import Path
 
-import pykka
 import pytest
 
-from agentrl.actors import ControllerActor, LearnerActor, TaskEntry, TopologySpec
+from agentrl.actors import ControllerActor, LearnerActor, TaskEntry
 from agentrl.actors._fakes import FakeBackend
 from agentrl.actors._ledger import DROPPED_FILE, ISSUED_FILE, LEDGER_DIR, read_ledger
 from agentrl.actors._mix import TaskMixer
@@ -20,39 +18,13 @@ from agentrl.messages import (
     EpisodeRequest,
     MetricsReport,
     Topology,
-    connect,
     decode,
     encode,
 )
-from agentrl.messages._memory import reset_memory_broker
 from agentrl.ops.cli import main
 from tests.unit.test_actors import trajectory, wait_for
 
-
-@pytest.fixture(autouse=True)
-def _stop_actors():
-    yield
-    pykka.ActorRegistry.stop_all()
-
-
-@pytest.fixture
-def broker():
-    name = f"ledger-{uuid.uuid4().hex[:8]}"
-    yield f"memory://{name}"
-    reset_memory_broker(name)
-
-
-@pytest.fixture
-def spec():
-    return TopologySpec(run=f"r{uuid.uuid4().hex[:6]}", pools=("current",), trajectory_capacity=64)
-
-
-@pytest.fixture
-def client(broker, spec):
-    transport = connect(broker, name="test-client")
-    Topology(spec.run).declare(transport, list(spec.pools), spec.trajectory_capacity)
-    yield transport
-    transport.close()
+pytestmark = pytest.mark.usefixtures("stop_actors")
 
 
 def _lines(path: Path, entries: list[dict]) -> None:

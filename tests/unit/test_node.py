@@ -11,6 +11,7 @@ import threading
 import time
 
 from agentrl.ops._node import NodeSupervisor, role_argv
+from tests.processes import alive
 
 PY = sys.executable
 
@@ -206,21 +207,9 @@ def test_roles_die_with_their_node_even_when_it_is_killed(tmp_path):
             assert time.monotonic() < deadline, [m.read_text() for m in marks]
             time.sleep(0.1)
         for pid in pids:  # and they are gone (reaped by init)
-            while time.monotonic() < deadline and _alive(pid):
+            while time.monotonic() < deadline and alive(pid):
                 time.sleep(0.1)
-            assert not _alive(pid)
+            assert not alive(pid)
     finally:
         node.kill()
         node.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-            return stat.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
