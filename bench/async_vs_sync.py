@@ -16,6 +16,19 @@ staleness window, group assembly and checkpoint fan-out are the real ones.
 
     python bench/async_vs_sync.py            # prints episodes/s for each, the ratio, idle fractions
     python bench/async_vs_sync.py --smoke    # 2 steps of 2 groups, 0.1 s per step: seconds (CI)
+
+``--real``: nothing simulated. SmolLM2-135M (``--model``), the TorchEngine sampler and the
+torch learner, each role its own process on RabbitMQ (``--broker``), the sampler (with the
+rollout and the controller) pinned to one core and the learner to another
+(``cpu_affinity``), a multi-turn task mix (calculator level 1, db level 0), eta = 0 against
+eta = 2 for the same number of updates. On separate cores, with sampling time S and
+training time T per update, synchronous training costs S + T per update and the best
+asynchronous schedule max(S, T): async can gain at most (S + T) / max(S, T). It prints
+episodes/s of both (from the first update to the last: start-up excluded), their ratio,
+S (the eta = 0 learner's wait for each batch) and T (its step + save), the bound and the
+ratio as a fraction of it. With ``--smoke`` the real mode runs too, on the tiny model.
+
+    python bench/async_vs_sync.py --real [--steps 6] [--model smollm2]
 """
 
 from __future__ import annotations
@@ -23,10 +36,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
+
+import yaml
 
 from agentrl.actors._fakes import FakeBackend, ScriptedEngine
 from agentrl.environments import Start, Status, Step, register_task
@@ -137,6 +156,89 @@ def run_once(eta: int, args, tokenizer, out_dir: Path) -> dict[str, float]:
     }
 
 
+def run_real(eta: int, args, out_dir: Path, cores: tuple[int, int]) -> dict[str, float]:
+    """One run of the real parts, every role a process (see the module doc)."""
+    run = f"bench-real-eta{eta}-{uuid.uuid4().hex[:6]}"
+    sampler_core, learner_core = cores
+    raw = {
+        "run": run,
+        "broker": args.broker,
+        "model": args.model,
+        "output_dir": str(out_dir),
+        "max_steps": args.steps,
+        "seed": args.seed,
+        "tasks": {
+            "calculator": {"options": {"levels": [1]}},
+            "db": {"options": {"levels": [0]}},
+        },
+        "rollout": {
+            "group_size": args.group_size,
+            "groups_per_batch": args.groups,
+            "concurrency": args.group_size * args.groups,
+            "max_tokens": 1536,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": 1.0,
+        },
+        "staleness": {"max": eta, "hard": eta + 8},
+        "pools": {"current": {"max_batch": args.group_size * args.groups}},
+        "learner": {"micro_batch_tokens": 2048},
+        "cpu_affinity": {
+            "controller": [sampler_core],
+            "rollout": [sampler_core],
+            "sampler": [sampler_core],
+            "learner": [learner_core],
+        },
+    }
+    config = out_dir / f"{run}.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(config)]
+    argv += ["--roles", "controller,rollout,sampler,learner", "--progress-every", "3600"]
+    with (out_dir / f"{run}.out").open("wb") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code:
+        tail = (out_dir / f"{run}.out").read_text(errors="replace")[-3000:]
+        raise SystemExit(f"eta={eta}: the run exited {code}:\n{tail}")
+    rows = [json.loads(x) for x in (out_dir / run / "metrics.jsonl").read_text().splitlines()]
+    later = rows[1:]  # the first update carries the start-up (model loads, first batch)
+    wall = rows[-1]["time"] - rows[0]["time"]
+    episodes = sum(m["rollout/episodes"] for m in later)
+    return {
+        "eta": eta,
+        "episodes": episodes,
+        "wall_s": wall,
+        "episodes_per_s": episodes / wall,
+        "train_s": sum(m["learner/step_time"] + m["learner/save_time"] for m in later) / len(later),
+        "wait_s": sum(m["learner/idle_time"] for m in later) / len(later),
+        "learner_idle_fraction": sum(m["learner/idle_time"] for m in later) / wall,
+        "issue_lag_mean": sum(m["staleness/issue_lag_mean"] for m in later) / len(later),
+    }
+
+
+def real(args) -> None:
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        raise SystemExit("--real needs two cores (one for the sampler, one for the learner)")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="agentrl-async-real-") as tmp:
+        for eta in (0, 2):
+            results[eta] = run_real(eta, args, Path(tmp), (usable[0], usable[1]))
+    print(f"real: {args.model}, {args.steps} updates of {args.groups * args.group_size} episodes, "
+          f"sampler on core {usable[0]}, learner on core {usable[1]}")  # fmt: skip
+    for r in results.values():
+        print(
+            f"eta={r['eta']}: {r['episodes']:.0f} episodes in {r['wall_s']:.1f}s = "
+            f"{r['episodes_per_s']:.3f} episodes/s, learner idle "
+            f"{100 * r['learner_idle_fraction']:.0f}%, mean issue lag {r['issue_lag_mean']:.2f}"
+        )
+    ratio = results[2]["episodes_per_s"] / results[0]["episodes_per_s"]
+    sample, train = results[0]["wait_s"], results[0]["train_s"]
+    bound = (sample + train) / max(sample, train)
+    print(f"ratio async/sync episodes/s: {ratio:.2f}x")
+    print(f"per update (eta=0): sampling S = {sample:.1f} s, training T = {train:.1f} s")
+    print(f"bound (S + T) / max(S, T) = {bound:.2f}x; ratio / bound = {100 * ratio / bound:.0f}%"
+          " (goal >= 90%)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=10)
@@ -148,7 +250,15 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes (2 steps, 0.1 s each): checks it runs"
     )
+    parser.add_argument("--real", action="store_true", help="the real parts (module doc)")
+    parser.add_argument("--model", default="smollm2", help="--real: the policy model")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="--real: per turn")
+    parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/")
     args = parser.parse_args()
+    if args.real and not args.smoke:
+        args.group_size, args.groups = 4, 2
+        configure_logging("warning")
+        return real(args)
     if args.smoke:
         args.steps, args.groups, args.group_size, args.step_time = 2, 2, 2, 0.1
     configure_logging("warning")
@@ -167,6 +277,9 @@ def main() -> None:
         )
     ratio = results[2]["episodes_per_s"] / results[0]["episodes_per_s"]
     print(f"ratio async/sync episodes/s: {ratio:.2f}x")
+    if args.smoke:  # the real mode too, on the tiny model: 3 updates of 4 episodes
+        args.model, args.steps, args.max_new_tokens = "tiny", 3, 16
+        real(args)
 
 
 if __name__ == "__main__":

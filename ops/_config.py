@@ -227,6 +227,11 @@ class RunConfig:
     torch_threads: int = 0
     """Intra-op threads of this process; 0 = cores / (engines + learner) on this node, at
     least 1 (oversubscribed threads spin against each other and run many times slower)."""
+    cpu_affinity: dict[str, list[int]] = field(default_factory=dict)
+    """Role -> the CPU cores its process may run on (Linux; roles as processes, i.e. an
+    ``amqp://`` node without ``--in-process``): e.g. ``{sampler: [0], learner: [1]}`` keeps
+    the sampler and the learner off each other's cores. A pinned role's torch threads are
+    its core count. Empty: no pinning."""
     tasks: dict[str, TaskConfig] = field(default_factory=lambda: {"calculator": TaskConfig()})
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
@@ -310,6 +315,15 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append(f"broker: {scheme!r}... must start with memory://, amqp:// or amqps://")
     if cfg.torch_threads < 0:
         problems.append("torch_threads: must be >= 0 (0 = automatic)")
+    usable = set(range(os.cpu_count() or 1))  # not this process's mask: a pinned role reads this
+    for role, cores in cfg.cpu_affinity.items():
+        if role not in ("controller", "rollout", "sampler", "learner", "env"):
+            problems.append(f"cpu_affinity.{role}: not a role")
+        elif not cores or not set(cores) <= usable:
+            problems.append(
+                f"cpu_affinity.{role}: {cores} must be a non-empty list of this machine's "
+                f"cores {sorted(usable)}"
+            )
     if cfg.max_steps is not None and cfg.max_steps < 1:
         problems.append("max_steps: must be >= 1 (or null)")
     if not cfg.tasks:

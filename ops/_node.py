@@ -84,8 +84,10 @@ class NodeSupervisor:
         stable_after: float = 60.0,
         stop_timeout: float = 120.0,
         env: dict[str, str] | None = None,
+        affinity: dict[str, list[int]] | None = None,
     ) -> None:
-        """``roles`` maps each role to the argv of its child process."""
+        """``roles`` maps each role to the argv of its child process; ``affinity`` a role
+        to the CPU cores its process (every start of it) is pinned to."""
         if not roles:
             raise ValueError("a node needs at least one role")
         self.node = node
@@ -95,6 +97,7 @@ class NodeSupervisor:
         self._stable_after = stable_after
         self._stop_timeout = stop_timeout
         self._env = env
+        self._affinity = dict(affinity or {})
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self.fatal: str | None = None
@@ -140,6 +143,8 @@ class NodeSupervisor:
     def _start(self, role: _Role) -> None:
         env = {**(os.environ if self._env is None else self._env), NODE_PID_ENV: str(os.getpid())}
         role.process = subprocess.Popen(role.argv, env=env, start_new_session=True)
+        if role.name in self._affinity:  # before it starts threads: they inherit the mask
+            os.sched_setaffinity(role.process.pid, self._affinity[role.name])
         role.started = time.monotonic()
         role.restart_at = None
         role.exit_code = None

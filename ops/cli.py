@@ -285,10 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             lock.close()  # the learner's process takes it again
     threads = cfg.torch_threads or node_torch_threads(cfg, roles)
+    pinned = {role: cores for role, cores in cfg.cpu_affinity.items() if role in roles}
     node = NodeSupervisor(
-        {role: role_argv(argv, role, args.node, threads) for role in roles},
+        {
+            role: role_argv(argv, role, args.node, len(pinned[role]) if role in pinned else threads)
+            for role in roles
+        },
         node=args.node,
         state_file=cfg.run_dir / "nodes" / f"{args.node}.json",
+        affinity=pinned,
     )
     return node.run()
 

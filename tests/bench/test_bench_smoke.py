@@ -25,6 +25,9 @@ FIGURES = {
         r"eta=0: \d+ episodes in [\d.]+s = [\d.]+ episodes/s",
         r"eta=2: \d+ episodes in [\d.]+s = [\d.]+ episodes/s",
         r"ratio async/sync episodes/s: [\d.]+x",
+        r"real: tiny, 3 updates of 4 episodes, sampler on core \d+, learner on core \d+",
+        r"per update \(eta=0\): sampling S = [\d.]+ s, training T = [\d.]+ s",
+        r"bound \(S \+ T\) / max\(S, T\) = [\d.]+x; ratio / bound = \d+%",
     ],
     "fanout.py": [r"v1: write [\d.]+ s, all 2 samplers serving after [\d.]+ s", r"median ratio"],
     "sampler_throughput.py": [
@@ -69,8 +72,10 @@ def _broker_answers() -> bool:
 
 @pytest.mark.parametrize("script", sorted(FIGURES))
 def test_smoke(script: str, tmp_path: Path) -> None:
-    if script in ("env_controller.py", "transport.py") and not _broker_answers():
-        # env workers are separate processes; transport.py measures RabbitMQ itself
+    if script in ("env_controller.py", "transport.py", "async_vs_sync.py") and not (
+        _broker_answers()
+    ):
+        # roles or env workers as processes talk over RabbitMQ; transport.py measures it
         if os.environ.get("AGENTRL_REQUIRE_BROKER") == "1":
             pytest.fail("no RabbitMQ broker at 127.0.0.1:5672 and AGENTRL_REQUIRE_BROKER=1")
         pytest.skip(f"{script} needs RabbitMQ at 127.0.0.1:5672")

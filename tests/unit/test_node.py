@@ -213,3 +213,31 @@ def test_roles_die_with_their_node_even_when_it_is_killed(tmp_path):
     finally:
         node.kill()
         node.wait()
+
+
+def test_a_pinned_role_runs_on_its_cores_also_after_a_restart(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    out = tmp_path / "mask"
+    script = (  # records its CPU mask; fails on its first run, so it is restarted once
+        "import os, pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+        "runs = p.read_text().splitlines() if p.exists() else []; "
+        "runs.append(str(sorted(os.sched_getaffinity(0)))); p.write_text('\\n'.join(runs)); "
+        "sys.exit(0 if len(runs) > 1 else 3)"
+    )
+    node = _node(tmp_path, {"pinned": [PY, "-c", script, str(out)]}, affinity={"pinned": cores[:1]})
+    assert node.run(install_signals=False) == 0
+    assert out.read_text().splitlines() == [str(cores[:1])] * 2
+
+
+def test_cpu_affinity_names_roles_and_this_machines_cores():
+    import pytest
+
+    from agentrl.ops import ConfigError, parse_config
+
+    assert parse_config({"run": "r", "cpu_affinity": {"learner": [0]}}).cpu_affinity == {
+        "learner": [0]
+    }
+    with pytest.raises(ConfigError) as bad:
+        parse_config({"run": "r", "cpu_affinity": {"trainer": [0], "sampler": [4096]}})
+    assert "cpu_affinity.trainer: not a role" in str(bad.value)
+    assert "cpu_affinity.sampler: [4096] must be a non-empty list" in str(bad.value)
