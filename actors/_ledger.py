@@ -44,6 +44,7 @@ __all__ = [
     "DROPPED_FILE",
     "ISSUED_FILE",
     "LEDGER_DIR",
+    "SERVED_FILE",
     "LedgerSummary",
     "append_lines",
     "dropped_episodes",
@@ -53,6 +54,8 @@ __all__ = [
 
 LEDGER_DIR = "ledger"
 ISSUED_FILE = "issued.jsonl"
+SERVED_FILE = "served.jsonl"
+"""Groups opened by outside agents through the endpoint (`agentrl.ops.serve`), as issued."""
 DROPPED_FILE = "dropped.jsonl"
 
 
@@ -132,7 +135,9 @@ def read_ledger(run_dir: Path) -> LedgerSummary:
     from ._journal import TRAINED_JOURNAL
 
     out = LedgerSummary()
-    for entry in read_lines(run_dir / LEDGER_DIR / ISSUED_FILE):
+    issued = read_lines(run_dir / LEDGER_DIR / ISSUED_FILE)
+    served = read_lines(run_dir / LEDGER_DIR / SERVED_FILE)
+    for entry in (*issued, *served):
         out.groups += 1
         for i in range(int(entry["episodes"])):
             out.issued[f"{entry['group']}-{i}"] = entry["task"]

@@ -211,6 +211,19 @@ class LearnerConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """The OpenAI-compatible endpoint (role ``serve``, `agentrl serve`)."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 8000
+    """Port to listen on."""
+    episode_timeout: float = 600.0
+    """Seconds an open served episode may go without a call before it is ended as
+    abandoned (an untrained member of its group)."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     run: str
     """Run name: prefixes every queue and names runs/<run>/."""
@@ -238,6 +251,7 @@ class RunConfig:
     env_registry: EnvRegistryConfig = field(default_factory=EnvRegistryConfig)
     pools: dict[str, PoolConfig] = field(default_factory=lambda: {"current": PoolConfig()})
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     @property
     def episodes_per_batch(self) -> int:
@@ -313,6 +327,10 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
     if not cfg.broker.startswith(("memory://", "amqp://", "amqps://")):
         scheme = cfg.broker.split("://", 1)[0] if "://" in cfg.broker else cfg.broker[:20]
         problems.append(f"broker: {scheme!r}... must start with memory://, amqp:// or amqps://")
+    if not 0 <= cfg.serve.port < 65536:
+        problems.append(f"serve.port: {cfg.serve.port} is not a port")
+    if not cfg.serve.episode_timeout > 0:
+        problems.append("serve.episode_timeout: must be > 0")
     if cfg.torch_threads < 0:
         problems.append("torch_threads: must be >= 0 (0 = automatic)")
     usable = set(range(os.cpu_count() or 1))  # not this process's mask: a pinned role reads this

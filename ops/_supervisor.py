@@ -71,6 +71,7 @@ from ._warmstart import kl_reference, read_warm_start
 log = structlog.get_logger(__name__)
 
 __all__ = [
+    "DEFAULT_ROLES",
     "ROLES",
     "RunLocked",
     "Supervisor",
@@ -79,7 +80,10 @@ __all__ = [
     "torch_engine",
 ]
 
-ROLES = ("controller", "rollout", "sampler", "learner", "env")
+ROLES = ("controller", "rollout", "sampler", "learner", "env", "serve")
+DEFAULT_ROLES = ("controller", "rollout", "sampler", "learner", "env")
+"""What a start runs unless ``--roles`` says otherwise: ``serve`` (the OpenAI-compatible
+endpoint, `agentrl.ops.serve`) only when asked for."""
 
 
 def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
@@ -122,7 +126,7 @@ class Supervisor:
     def __init__(
         self,
         cfg: RunConfig,
-        roles: tuple[str, ...] = ROLES,
+        roles: tuple[str, ...] = DEFAULT_ROLES,
         *,
         make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
         make_backend: Callable[[Path, int], LearnerBackend] | None = None,
@@ -151,6 +155,8 @@ class Supervisor:
         self.done = threading.Event()
         self._refs: list[tuple[str, pykka.ActorRef]] = []
         self._workers: list[EnvWorker] = []
+        self.server = None
+        """The endpoint (`agentrl.ops.serve.ServeServer`) when this node has the serve role."""
         self._containers: EnvWorkerContainers | None = None
         self._metrics_lock = threading.Lock()
         self.last_metrics: dict[str, float] = {}
@@ -332,6 +338,11 @@ class Supervisor:
                             worker_id=f"{self.node}-{name}-{i}",
                         )
                     )
+        if "serve" in self.roles:  # imported here: FastAPI and uvicorn only where it runs
+            from .serve import ServeServer, ServeService
+
+            service = ServeService(cfg, tokenizer, version=version, node=self.node)
+            self.server = ServeServer(service, cfg.serve.host, cfg.serve.port)
         self._progress = Progress(
             status,
             Topology(cfg.run),
@@ -537,6 +548,9 @@ class Supervisor:
                 self._stop_workers()  # after the rollouts that use them
         self._refs.clear()
         self._stop_workers()
+        if self.server is not None:
+            self.server, server = None, self.server
+            server.close()
         if self._backend is not None:  # after the learner actor: no step is running
             self._backend, backend = None, self._backend
             backend.close()

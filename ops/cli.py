@@ -31,6 +31,7 @@ from ._status import (
     status_json,
 )
 from ._supervisor import (
+    DEFAULT_ROLES,
     ROLES,
     RunLocked,
     Supervisor,
@@ -63,7 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--output-dir", help="override the parent directory of runs")
     start.add_argument(
-        "--roles", default=",".join(ROLES), help=f"comma-separated subset of {','.join(ROLES)}"
+        "--roles",
+        default=",".join(DEFAULT_ROLES),
+        help=f"comma-separated subset of {','.join(ROLES)} (serve: the OpenAI-compatible "
+        "endpoint; not in the default)",
     )
     start.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     start.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")

@@ -97,6 +97,18 @@ def _parser() -> argparse.ArgumentParser:
         "per batch (group_size x groups_per_batch)",
     )
     sft.add_argument("--lr", type=float, help="learning rate; default learner.lr")
+    serve = sub.add_parser(
+        "serve",
+        help="the OpenAI-compatible endpoint on a run's sampler pools (docs/serve.md)",
+        description="Serve /v1/chat/completions and /v1/episodes for the run of --config: "
+        "completions are sampled by the run's sampler pools over its broker, and served "
+        "episodes go to its learner. The same as `agentrl-supervisor start --roles serve`.",
+    )
+    serve.add_argument("--config", required=True, help="the run's YAML config")
+    serve.add_argument("--broker", help="override the config's broker URL")
+    serve.add_argument("--run", help="override the run name")
+    serve.add_argument("--host", help="address (default: the config's serve.host)")
+    serve.add_argument("--port", type=int, help="port (default: the config's serve.port)")
     return parser
 
 
@@ -107,7 +119,29 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args)
     if args.command == "sft":
         return _sft(args)
+    if args.command == "serve":
+        return _serve(args)
     return _eval(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ._config import ConfigError, load_config
+    from ._supervisor import Supervisor
+
+    try:
+        cfg = load_config(args.config, broker=args.broker, run=args.run)
+    except ConfigError as exc:
+        print(f"agentrl serve: {exc}", file=sys.stderr)
+        return 2
+    serve = dataclasses.replace(
+        cfg.serve,
+        host=args.host or cfg.serve.host,
+        port=cfg.serve.port if args.port is None else args.port,
+    )
+    configure_logging("info")
+    return Supervisor(dataclasses.replace(cfg, serve=serve), ("serve",)).run()
 
 
 def _sft(args: argparse.Namespace) -> int:

@@ -1,0 +1,14 @@
+"""An OpenAI-compatible endpoint on the sampler pool: bring your own agent.
+
+An agent written with any OpenAI client calls ``/v1/chat/completions`` on the run's
+samplers; its calls inside an episode (``/v1/episodes``) become trajectories with the exact
+token ids, logprobs and versions that were sampled, trained like agentrl's own episodes.
+``app`` (the HTTP API), ``episodes`` (token layout, segments, groups), ``service`` (the
+broker side), ``server`` (uvicorn). See docs/serve.md.
+"""
+
+from .episodes import EpisodeBook, EpisodeError
+from .server import ServeServer
+from .service import ServeService
+
+__all__ = ["EpisodeBook", "EpisodeError", "ServeServer", "ServeService"]

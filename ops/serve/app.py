@@ -1,0 +1,276 @@
+"""The OpenAI-compatible HTTP API over a `ServeService` (FastAPI on uvicorn).
+
+``POST /v1/chat/completions``: ``model``, ``messages`` (system, user, assistant with
+``tool_calls``, tool), ``tools``, ``tool_choice`` (``auto`` or ``none``), ``n``,
+``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``.
+The answer is OpenAI's chat.completion, plus ``agentrl``: the prompt's token ids and, per
+choice, the sampled token ids, their logprobs, the policy version and the pool. No
+streaming. A call inside an episode names it in the ``X-Agentrl-Episode`` header (or as
+``user: "episode:<id>"``).
+
+``GET /v1/models``: the run's policy model.
+
+``POST /v1/episodes`` ``{"task", "group"?, "group_size"?}``: open an episode; the answer
+has its ``id``, ``group``, ``sample_idx``, the policy ``version`` and, for a task of the
+run's config, the environment's opening ``messages`` and ``tools``.
+``POST /v1/episodes/{id}/step`` ``{"message"?}``: the task's environment answers the last
+assistant turn (or ``message``): ``messages``, ``status``, ``reward``, ``finish``; the
+episode ends when ``finish`` is true. ``POST /v1/episodes/{id}/end`` ``{"reward",
+"status"?}``: end an episode the agent judges itself. Both ends publish the trajectory.
+
+Errors are OpenAI's shape, ``{"error": {"message", "type", "code"}}``: 400 for a malformed
+request (the message names the field), 404 for an unknown episode, 409 for one that ended.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrl.environments import ChatTemplateError, EnvError
+from agentrl.messages import ChatMessage, ToolCall
+
+from .episodes import EpisodeError
+from .service import ServeService
+
+__all__ = ["EPISODE_HEADER", "make_app"]
+
+EPISODE_HEADER = "X-Agentrl-Episode"
+
+
+class _Function(BaseModel):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: _Function
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[_Message] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    n: int = Field(1, ge=1, le=16)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    user: str | None = None
+
+
+class EpisodeOpen(BaseModel):
+    task: str
+    group: str | None = None
+    group_size: int | None = Field(None, ge=1)
+
+
+class EpisodeStep(BaseModel):
+    message: _Message | None = None
+
+
+class EpisodeEnd(BaseModel):
+    reward: float
+    status: str = "completed"
+
+
+def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse(
+        status_code=status, content={"error": {"message": message, "type": kind, "code": code}}
+    )
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def to_chat(message: _Message) -> ChatMessage:
+    role = "system" if message.role == "developer" else message.role
+    calls = [
+        ToolCall(
+            id=c.id or f"call_{i}",
+            name=c.function.name,
+            arguments=c.function.arguments
+            if isinstance(c.function.arguments, str)
+            else json.dumps(c.function.arguments),
+        )
+        for i, c in enumerate(message.tool_calls or [])
+    ]
+    return ChatMessage(
+        role=role,
+        content=_text(message.content),
+        tool_calls=calls,
+        tool_call_id=message.tool_call_id,
+        name=message.name,
+    )
+
+
+def from_chat(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["content"] = message.content or None
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        out["name"] = message.name
+    return out
+
+
+def make_app(service: ServeService) -> FastAPI:
+    app = FastAPI(title="agentrl", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+        )
+        return _error(400, f"malformed request: {problems}")
+
+    @app.exception_handler(EpisodeError)
+    async def _episode(_request: Request, exc: EpisodeError) -> JSONResponse:
+        return _error(exc.status, str(exc), "episode")
+
+    @app.exception_handler(ChatTemplateError)
+    async def _template(_request: Request, exc: ChatTemplateError) -> JSONResponse:
+        return _error(400, f"cannot render the messages: {exc}", "template")
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": service.model, "object": "model", "owned_by": "agentrl",
+                      "created": 0, "agentrl_version": service.version}],
+        }  # fmt: skip
+
+    @app.post("/v1/chat/completions")
+    def chat(body: ChatRequest, request: Request) -> Any:
+        if body.stream:
+            return _error(400, "stream: streaming is not supported; send stream=false")
+        choice = body.tool_choice
+        if choice not in (None, "auto", "none"):
+            return _error(400, f"tool_choice: {choice!r} is not supported (auto or none): "
+                          "the sampler cannot force a call")  # fmt: skip
+        eid = request.headers.get(EPISODE_HEADER)
+        if eid is None and body.user and body.user.startswith("episode:"):
+            eid = body.user.removeprefix("episode:")
+        episode = service.book.get(eid) if eid else None
+        tools = [] if choice == "none" else list(body.tools or [])
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        prompt, choices = service.complete(
+            [to_chat(m) for m in body.messages],
+            tools,
+            episode=episode,
+            n=body.n,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            max_tokens=body.max_completion_tokens or body.max_tokens,
+            stop=stop,
+            parse_calls=choice != "none",
+        )
+        completion = sum(len(c.result.token_ids) for c in choices)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": [
+                {
+                    "index": i,
+                    "message": from_chat(c.message),
+                    "finish_reason": c.finish_reason,
+                    "logprobs": None,
+                }
+                for i, c in enumerate(choices)
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": completion,
+                "total_tokens": len(prompt) + completion,
+            },
+            "agentrl": {
+                "episode": episode.id if episode else None,
+                "prompt_token_ids": prompt,
+                "choices": [
+                    {
+                        "token_ids": c.result.token_ids,
+                        "logprobs": c.result.logprobs,
+                        "version": c.result.version,
+                        "pool": c.result.pool,
+                    }
+                    for c in choices
+                ],
+            },
+        }
+
+    @app.post("/v1/episodes")
+    def open_episode(body: EpisodeOpen) -> dict[str, Any]:
+        try:
+            episode, messages, tools = service.book.open(
+                body.task, group=body.group, group_size=body.group_size
+            )
+        except EnvError as exc:
+            raise EpisodeError(f"task {body.task!r} cannot start: {exc}", 500) from exc
+        return {
+            "id": episode.id,
+            "group": episode.group.id,
+            "sample_idx": episode.sample_idx,
+            "group_size": episode.group.size,
+            "task": episode.group.task,
+            "index": episode.group.index,
+            "version": episode.group.version,
+            "messages": [from_chat(m) for m in messages],
+            "tools": tools,
+        }
+
+    @app.post("/v1/episodes/{episode_id}/step")
+    def step(episode_id: str, body: EpisodeStep | None = None) -> dict[str, Any]:
+        episode = service.book.get(episode_id)
+        message = to_chat(body.message) if body and body.message else None
+        result = service.book.step(episode, message)
+        return {
+            "messages": [from_chat(m) for m in result.messages],
+            "status": result.status.value,
+            "reward": result.reward,
+            "finish": result.finish,
+        }
+
+    @app.post("/v1/episodes/{episode_id}/end")
+    def end(episode_id: str, body: EpisodeEnd) -> dict[str, Any]:
+        episode = service.book.get(episode_id)
+        traj = service.book.end(episode, body.reward, body.status)
+        return {"episode": traj.episode_id, "reward": traj.reward, "tokens": len(traj.token_ids),
+                "turns": traj.num_turns}  # fmt: skip
+
+    return app

@@ -1,0 +1,47 @@
+"""uvicorn serving the endpoint's app in a thread of the process that holds the `serve` role."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+import uvicorn
+
+from .app import make_app
+from .service import ServeService
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["ServeServer"]
+
+
+class ServeServer:
+    """`make_app(service)` on uvicorn at ``host:port`` (port 0: a free one, see ``port``)."""
+
+    def __init__(self, service: ServeService, host: str, port: int) -> None:
+        self.service = service
+        config = uvicorn.Config(
+            make_app(service), host=host, port=port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="serve-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the endpoint did not start on {host}:{port}")
+            time.sleep(0.02)
+        sockets = self._server.servers[0].sockets
+        self.host, self.port = sockets[0].getsockname()[:2]
+        log.info("endpoint serving", url=self.url)
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(30)
+        self.service.close()
