@@ -47,6 +47,12 @@ FIGURES = {
         r"ratio agentrl durable / agentrl transient: [\d.]+",
         r"round trip through the broker \(50 RPCs\): p50 [\d.]+ ms",
     ],
+    "serve.py": [
+        r"direct +[\d.]+ requests/s +latency p50 +[\d.]+ ms",
+        r"endpoint +[\d.]+ requests/s +latency p50 +[\d.]+ ms",
+        r"ratio endpoint / direct requests/s: [\d.]+",
+        r"latency overhead p50: [+-][\d.]+ ms",
+    ],
     "learning.py": [
         r"\[full\] warm start: 1 steps in \d+ s",
         r"\[full\] before \(v1\): \{",
