@@ -71,3 +71,37 @@ def test_the_example_agent_trains_the_run_for_two_updates(tmp_path):
     assert [m["version"] for m in metrics] == [1.0, 2.0], out[-2000:]
     assert all(m["rollout/episodes"] >= 2 for m in metrics)
     assert "episodes, last 8: mean reward" in out
+
+
+def test_agentrl_serve_starts_the_endpoint_and_stops_on_sigterm(tmp_path):
+    import re
+    import signal
+
+    import openai
+
+    config = tmp_path / "serve.yaml"
+    raw = yaml.safe_load((EXAMPLES / "serve.yaml").read_text())
+    raw.update(model="tiny", output_dir=str(tmp_path), broker="memory://serve-cli")
+    config.write_text(yaml.safe_dump(raw))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.ops.cli_agentrl", "serve", "--config", str(config),
+         "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        url = None
+        for line in proc.stdout:
+            found = re.search(r"url=(http://\S+/v1)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "no 'endpoint serving' line"
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+        episode = client.post("/episodes", body={"task": "calculator"}, cast_to=object)
+        assert episode["tools"][0]["function"]["name"] == "calculate"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
