@@ -186,13 +186,22 @@ def _with_tools_in_system(dicts: list[dict], tools: Sequence[dict]) -> list[dict
 
 
 def _to_dict(message: ChatMessage) -> dict:
+    return message_dict(message)
+
+
+def message_dict(message: ChatMessage, *, parsed_arguments: bool = True) -> dict:
+    """``message`` as an OpenAI-style dict; a call's arguments parsed (as chat templates
+    take them) or, with ``parsed_arguments=False``, the JSON text (as the wire API has it)."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": _json_or_text(c.arguments)},
+                "function": {
+                    "name": c.name,
+                    "arguments": _json_or_text(c.arguments) if parsed_arguments else c.arguments,
+                },
             }
             for c in message.tool_calls
         ]

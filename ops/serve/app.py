@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.environments import ChatTemplateError, EnvError
+from agentrl.environments._chat import message_dict
 from agentrl.messages import ChatMessage, ToolCall
 
 from .episodes import EpisodeError
@@ -134,17 +135,9 @@ def to_chat(message: _Message) -> ChatMessage:
 
 
 def from_chat(message: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out = message_dict(message, parsed_arguments=False)
     if message.tool_calls:
-        out["content"] = message.content or None
-        out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
+        out["content"] = message.content or None  # OpenAI's: no text beside the calls
     return out
 
 
