@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import threading
 
-import pykka
 import pytest
 
 from agentrl.actors import ControllerActor, LearnerActor, TaskEntry
 from agentrl.actors._fakes import FakeBackend
 from agentrl.messages import Topology, decode
-from tests.unit.test_actors import (  # the actor tests' broker fixtures and helpers
-    broker,  # noqa: F401
-    client,  # noqa: F401
-    initial,
-    publish_trajs,
-    spec,  # noqa: F401
-    trajectory,
-    wait_for,
-)
+from tests.unit.test_actors import initial, publish_trajs, trajectory, wait_for
 
-
-@pytest.fixture(autouse=True)
-def _stop_actors():
-    yield
-    pykka.ActorRegistry.stop_all()
+pytestmark = pytest.mark.usefixtures("stop_actors")  # broker, spec, client: conftest
 
 
 class Clock:
@@ -37,7 +24,7 @@ class Clock:
         return self.now
 
 
-def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):  # noqa: F811
+def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):
     backend, done = FakeBackend(), threading.Event()
     ref = LearnerActor.start(
         broker=broker,
@@ -59,7 +46,7 @@ def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):  #
     return ref, backend, done
 
 
-def learner_reports(client, spec):  # noqa: F811
+def learner_reports(client, spec):
     names = Topology(spec.run)
     reports: list[dict] = []
     q = client.declare_queue("", exclusive=True, dead_letter=False)
@@ -71,9 +58,9 @@ def learner_reports(client, spec):  # noqa: F811
 
 
 def test_an_incomplete_group_is_dropped_whole_after_the_timeout_and_acked_at_once(
-    broker,  # noqa: F811
-    spec,  # noqa: F811
-    client,  # noqa: F811
+    broker,
+    spec,
+    client,
     tmp_path,
 ):
     clock = Clock()
@@ -96,9 +83,9 @@ def test_an_incomplete_group_is_dropped_whole_after_the_timeout_and_acked_at_onc
 
 
 def test_a_late_member_of_a_dropped_group_is_acked_and_not_counted_again(
-    broker,  # noqa: F811
-    spec,  # noqa: F811
-    client,  # noqa: F811
+    broker,
+    spec,
+    client,
     tmp_path,
 ):
     clock = Clock()
@@ -118,9 +105,9 @@ def test_a_late_member_of_a_dropped_group_is_acked_and_not_counted_again(
 
 
 def test_an_incomplete_group_past_the_hard_bound_is_dropped_on_arrival(
-    broker,  # noqa: F811
-    spec,  # noqa: F811
-    client,  # noqa: F811
+    broker,
+    spec,
+    client,
     tmp_path,
 ):
     reports = learner_reports(client, spec)
@@ -133,9 +120,9 @@ def test_an_incomplete_group_past_the_hard_bound_is_dropped_on_arrival(
 
 
 def test_the_controller_replaces_a_dropped_incomplete_group(
-    broker,  # noqa: F811
-    spec,  # noqa: F811
-    client,  # noqa: F811
+    broker,
+    spec,
+    client,
     tmp_path,
 ):
     """issued <= (v + eta + 1) * B + dropped: the learner's count frees the window."""
