@@ -29,11 +29,13 @@ class ReportFiles:
 
 
 def load_results(results: Path) -> dict[str, dict[str, Any]]:
-    """Every ``learning-<arm>.json`` under ``results``, by arm, in file-name order."""
+    """Every ``learning-<arm>.json`` under ``results``, by arm, in file-name order (an
+    ``agentrl eval --out`` report there, such as ``learning-base.json``, is not an arm)."""
     found = {}
     for path in sorted(results.glob("learning-*.json")):
         data = json.loads(path.read_text())
-        found[data["arm"]] = data
+        if "arm" in data:
+            found[data["arm"]] = data
     if not found:
         raise SystemExit(f"no learning-<arm>.json in {results}: run bench/learning.py first")
     return found

@@ -151,3 +151,14 @@ def test_a_supervisor_that_exits_non_zero_with_no_update_stops_the_bench(
     args = argparse.Namespace(minutes=1.0, max_steps=None, drain_timeout=5.0, eval_every=0)
     with pytest.raises(SystemExit, match="exited 1"):
         learning.train(run_dir / "c.yaml", run_dir, args, start_version=0)
+
+
+def test_the_report_reads_the_arms_beside_a_base_evaluation(learning, tmp_path):
+    """bench/results holds learning-base.json (an `agentrl eval --out` report) beside the
+    arms' results: the report takes the arms and leaves the evaluation alone."""
+    import learning_report
+
+    (tmp_path / "learning-base.json").write_text(json.dumps({"checkpoint": "smollm2"}))
+    arm = {"arm": "full", "eval": {}}
+    (tmp_path / "learning-full.json").write_text(json.dumps(arm))
+    assert list(learning_report.load_results(tmp_path)) == ["full"]
