@@ -235,6 +235,8 @@ def real(args) -> None:
     bound = (sample + train) / max(sample, train)
     print(f"ratio async/sync episodes/s: {ratio:.2f}x")
     print(f"per update (eta=0): sampling S = {sample:.1f} s, training T = {train:.1f} s")
+    print(f"per update (eta=2): training {results[2]['train_s']:.1f} s (the sampler beside it "
+          f"on the other core), waiting {results[2]['wait_s']:.1f} s")  # fmt: skip
     print(f"bound (S + T) / max(S, T) = {bound:.2f}x; ratio / bound = {100 * ratio / bound:.0f}%"
           " (goal >= 90%)")  # fmt: skip
 
