@@ -125,7 +125,7 @@ class ControllerActor(pykka.ThreadingActor):
         )
         self._first = first_version
         self._ledger = ledger_dir / ISSUED_FILE if ledger_dir is not None else None
-        self._unjournaled: list[dict] = []
+        self._unconfirmed: list[dict] = []
         self._dropped = 0
         self._groups = 0
         self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
@@ -143,7 +143,13 @@ class ControllerActor(pykka.ThreadingActor):
     def _restore(self) -> None:
         """Replay the ledger's issued groups: the counts, and the mixer's position (its
         picks are deterministic given the seed and the version at each pick)."""
-        entries = list(read_lines(self._ledger)) if self._ledger is not None else []
+        lines = list(read_lines(self._ledger)) if self._ledger is not None else []
+        entries = [e for e in lines if "group" in e]
+        confirmed = {g for e in lines for g in e.get("confirmed", [])}
+        # journaled, then the controller died before the broker confirmed them: they may or
+        # may not be in the queue, so on_start publishes them again under the same ids (a
+        # copy of an episode is skipped by the learner)
+        self._unconfirmed = [e for e in entries if e["group"] not in confirmed]
         if not entries:
             return
         disagree = 0
@@ -189,6 +195,13 @@ class ControllerActor(pykka.ThreadingActor):
         self._transport.consume(self._names.control_rpc, forward_to(ref, "rpc"), prefetch=16)
         threading.Thread(target=self._tick, name="controller-reconcile", daemon=True).start()
         self._log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
+        if self._unconfirmed:
+            self._log.warning("re-publishing groups journaled but not confirmed",
+                              groups=len(self._unconfirmed))  # fmt: skip
+            futures = [f for e in self._unconfirmed for f in self._publish_group(e)]
+            wait_all(futures)
+            append_lines(self._ledger, [{"confirmed": [e["group"] for e in self._unconfirmed]}])
+            self._unconfirmed = []
         self._admit()
 
     def on_stop(self) -> None:
@@ -385,41 +398,46 @@ class ControllerActor(pykka.ThreadingActor):
         return budget - self._issued
 
     def _admit(self) -> None:
-        futures = []
+        """Issue groups while the window allows: each journaled first (fsynced), then
+        published, then marked confirmed once the broker has them (`_ledger`)."""
+        groups = []
         while self._allowance() >= self._group_size:
-            futures.extend(self._issue_group())
-        wait_all(futures)
-        if self._ledger is not None:  # confirmed by the broker: now they are issued
-            append_lines(self._ledger, self._unjournaled)
-        self._unjournaled.clear()
+            groups.append(self._next_group())
+        if not groups:
+            return
+        if self._ledger is not None:
+            append_lines(self._ledger, groups)
+        wait_all([f for g in groups for f in self._publish_group(g)])
+        if self._ledger is not None:
+            append_lines(self._ledger, [{"confirmed": [g["group"] for g in groups]}])
 
-    def _issue_group(self) -> list:
+    def _next_group(self) -> dict:
         task, index = self._mixer.next(self._latest.version)
-        group_id = uuid.uuid4().hex[:12]
+        group = {
+            "group": uuid.uuid4().hex[:12],
+            "task": task,
+            "index": index,
+            "episodes": self._group_size,
+            "version": self._latest.version,
+        }
         self._groups += 1
+        self._issued += self._group_size
+        self._issued_by_task[task] += self._group_size
+        self._log.debug("group issued", task=task, index=index, group=group["group"])
+        return group
+
+    def _publish_group(self, group: dict) -> list:
         futures = []
-        for sample in range(self._group_size):
+        for sample in range(int(group["episodes"])):
             req = EpisodeRequest(
-                episode_id=f"{group_id}-{sample}",
-                task=task,
-                index=index,
-                group_id=group_id,
+                episode_id=f"{group['group']}-{sample}",
+                task=group["task"],
+                index=group["index"],
+                group_id=group["group"],
                 sample_idx=sample,
-                group_size=self._group_size,
-                issued_version=self._latest.version,
+                group_size=int(group["episodes"]),
+                issued_version=int(group["version"]),
             )
             body = encode(req, run=self._spec.run)
             futures.append(self._transport.publish("", self._names.episodes, body))
-        self._issued += self._group_size
-        self._issued_by_task[task] += self._group_size
-        self._unjournaled.append(
-            {
-                "group": group_id,
-                "task": task,
-                "index": index,
-                "episodes": self._group_size,
-                "version": self._latest.version,
-            }
-        )
-        self._log.debug("group issued", task=task, index=index, group=group_id)
         return futures

@@ -3,9 +3,12 @@
 Two append-only JSON-lines files in the run directory, each written by the one role that
 knows the facts, fsynced before the fact becomes visible to anyone else:
 
-- ``ledger/issued.jsonl`` (the controller): one line per GRPO group, written once the
-  broker has confirmed every episode of the group: ``{"group", "task", "index",
-  "episodes", "version"}``; the group's episode ids are ``<group>-0 .. <group>-<n-1>``.
+- ``ledger/issued.jsonl`` (the controller): one line per GRPO group, written before the
+  group is published: ``{"group", "task", "index", "episodes", "version"}`` (the group's
+  episode ids are ``<group>-0 .. <group>-<n-1>``), and after the broker confirmed an
+  admission's groups a line ``{"confirmed": [group, ...]}``. A restarted controller
+  publishes the unconfirmed groups again under the same ids (if they had reached the queue
+  after all, the learner skips the second copies).
 - ``checkpoints/trained.jsonl`` (the learner's journal, `_journal`): per update the
   groups and episodes it trained; and ``ledger/dropped.jsonl`` (the learner): a group
   dropped whole (``{"group", "episodes", "reason", "version"}``, every episode of the
@@ -19,10 +22,7 @@ mixer's position (no replay of the task order, no over-issue); a restarted learn
 trained nor dropped is *open* (in a queue, being played or buffered, or lost if the run
 has ended), one trained into two versions is *trained twice*.
 
-One window is not covered: a controller killed after the broker confirmed a group and
-before its line was written leaves that group unrecorded; its episodes then show up as
-trained or dropped without being issued (``unissued``), and the restarted controller
-issues one group more than the budget. Both files need the controller's and the learner's
+Both files need the controller's and the learner's
 run directory to be the same directory (one node, or a shared file system) to be read
 together; each role only reads its own.
 """
@@ -112,7 +112,7 @@ class LedgerSummary:
 
     @property
     def unissued(self) -> list[str]:
-        """Trained or dropped without an issue line (see the module doc's one window)."""
+        """Trained or dropped without an issue line (never expected: a sign of a bug)."""
         return sorted(e for e in (*self.trained, *self.dropped) if e not in self.issued)
 
     def counts(self) -> dict[str, int]:
@@ -138,6 +138,8 @@ def read_ledger(run_dir: Path) -> LedgerSummary:
     issued = read_lines(run_dir / LEDGER_DIR / ISSUED_FILE)
     served = read_lines(run_dir / LEDGER_DIR / SERVED_FILE)
     for entry in (*issued, *served):
+        if "group" not in entry:  # a {"confirmed": [...]} line
+            continue
         out.groups += 1
         for i in range(int(entry["episodes"])):
             out.issued[f"{entry['group']}-{i}"] = entry["task"]

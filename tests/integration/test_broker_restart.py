@@ -56,8 +56,10 @@ def test_waiting_and_unacked_messages_survive_a_broker_restart(amqp_url, restart
 
         consumer = transport.consume(names.trajectories, hold, prefetch=5)
         assert held.wait(10)
-        restart_broker()
+        # cancelled, so the reconnect does not subscribe it again; its 5 deliveries stay
+        # unacked on the channel until the restart closes it
         consumer.cancel()
+        restart_broker()
         # the transport reconnects and redeclares; the queues kept every message
         assert transport.queue_depth(names.episodes) == 20
         assert transport.queue_depth(names.trajectories) == 5  # the unacked ones, back

@@ -197,3 +197,29 @@ def test_the_ledger_command_prints_the_counts_and_fails_on_a_double_training(tmp
     assert main(["ledger", "--run", "r", "--output-dir", str(tmp_path / "runs"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["trained_twice_episodes"] == {"g1-0": [1, 2]}
     assert main(["ledger", "--run", "nope", "--output-dir", str(tmp_path / "runs")]) == 2
+
+
+def test_a_group_journaled_but_not_confirmed_is_published_again_under_its_ids(
+    broker, spec, client, tmp_path
+):
+    """The controller died between journaling a group and the broker's confirm: the
+    restarted controller publishes that group again (same episode ids), issues nothing
+    beyond its window, and marks it confirmed."""
+    mixer = TaskMixer({"a": 1.0, "b": 3.0}, {"a": 5, "b": 7})
+    entries = []
+    for i in range(4):  # the window at v0 with eta 1: 8 episodes in 4 groups of 2
+        task, index = mixer.next(0)
+        entries.append({"group": f"g{i}", "task": task, "index": index, "episodes": 2,
+                        "version": 0})  # fmt: skip
+    _lines(
+        tmp_path / LEDGER_DIR / ISSUED_FILE,
+        [*entries[:3], {"confirmed": ["g0", "g1", "g2"]}, entries[3]],
+    )
+    ctl = _controller(broker, spec, tmp_path, version=0)
+    again = _episodes(client, spec, 2)
+    assert sorted(e.episode_id for e in again) == ["g3-0", "g3-1"]
+    assert (again[0].task, again[0].index) == (entries[3]["task"], entries[3]["index"])
+    assert ctl.proxy().stats().get()["issued"] == 8  # nothing new: the window is full
+    lines = (tmp_path / LEDGER_DIR / ISSUED_FILE).read_text().splitlines()
+    assert json.loads(lines[-1]) == {"confirmed": ["g3"]}
+    assert read_ledger(tmp_path).groups == 4
