@@ -398,12 +398,7 @@ class LearnerActor(pykka.ThreadingActor):
             self._seen.discard(t.episode_id)
             self._trained_episodes[t.episode_id] = version
         horizon = version - self._hard - 1  # older copies would be dropped as stale
-        if len(self._trained_episodes) > 4 * self._groups_per_batch * self._group_size * (
-            self._hard + 2
-        ):
-            self._trained_episodes = {
-                e: v for e, v in self._trained_episodes.items() if v >= horizon
-            }
+        self._trained_episodes = {e: v for e, v in self._trained_episodes.items() if v >= horizon}
         self._prune_checkpoints()
         end = time.monotonic()
         metrics = {

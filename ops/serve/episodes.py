@@ -32,6 +32,7 @@ from typing import Any
 
 from agentrl.actors._mix import TaskMixer
 from agentrl.environments import ChatFormat, Environment, MalformedToolCall, parse_assistant
+from agentrl.environments._chat import _json_or_text
 from agentrl.messages import ChatMessage, GenerateResult, Trajectory
 from agentrl.trainer import episode_reward
 
@@ -103,16 +104,9 @@ class ServedEpisode:
 def _norm(message: ChatMessage) -> tuple:
     """What must match for a message of the request to be the one in the history."""
     calls = tuple(
-        (c.name, json.dumps(_loads(c.arguments), sort_keys=True)) for c in message.tool_calls
+        (c.name, json.dumps(_json_or_text(c.arguments), sort_keys=True)) for c in message.tool_calls
     )
     return (message.role, (message.content or "").strip(), calls, message.tool_call_id)
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 class EpisodeBook:
@@ -230,17 +224,17 @@ class EpisodeBook:
         episode.messages = list(messages)
         return list(episode.token_ids)
 
-    def sampled(self, episode: ServedEpisode, result: GenerateResult) -> ChatMessage:
-        """Append a sampled turn; the assistant message it reads as (a malformed tool call
-        is text with no calls, as in agentrl's own rollouts)."""
+    def sampled(
+        self, episode: ServedEpisode, result: GenerateResult, message: ChatMessage, malformed: bool
+    ) -> None:
+        """Append a sampled turn and ``message``, the assistant message it was returned as
+        (what the agent's next call must repeat for the call to extend the episode)."""
         episode.append(result.token_ids, sampled=result)
         episode.last_sampled = list(result.token_ids)
         episode.pools.append(result.pool)
         episode.turns += 1
-        message, malformed = read_assistant(self._fmt.decode_assistant(result.token_ids))
         episode.malformed += malformed
         episode.messages.append(message)
-        return message
 
     # --- the end -----------------------------------------------------------------------
 

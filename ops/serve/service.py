@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
@@ -217,15 +216,15 @@ class ServeService:
         if stop:
             result, cut = _cut_at_stop(self.fmt, result, stop)
             finish = "stop" if cut else finish
-        if episode is not None:
-            message = self.book.sampled(episode, result)
-        else:
-            message = read_assistant(self.fmt.decode_assistant(result.token_ids))[0]
         text = self.fmt.decode_assistant(result.token_ids)
         if stop:
             text = _before_stop(text, stop)
-        if not parse_calls:
-            message = ChatMessage(role="assistant", content=text.strip(), tool_calls=[])
+        if parse_calls:
+            message, malformed = read_assistant(text)
+        else:
+            message, malformed = ChatMessage(role="assistant", content=text.strip()), False
+        if episode is not None:  # the turn as returned, so the agent's echo of it matches
+            self.book.sampled(episode, result, message, malformed)
         if message.tool_calls and finish == "stop":
             finish = "tool_calls"
         return Completion(result, message, text, finish)
@@ -254,7 +253,3 @@ def _cut_at_stop(
             )
             return cut, True
     return result, False
-
-
-def ledger_path(run_dir: Path) -> Path:
-    return run_dir / LEDGER_DIR / SERVED_FILE
