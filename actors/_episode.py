@@ -34,6 +34,7 @@ from agentrl.environments import (
     Start,
     Status,
     parse_assistant,
+    session_tools,
 )
 from agentrl.messages import ChatMessage, EpisodeRequest, GenerateResult, Trajectory
 from agentrl.trainer import episode_reward
@@ -107,7 +108,8 @@ def play_episode(
     """
     t0 = time.monotonic()
     history = list(start.messages)
-    ids = list(fmt.prompt_ids(history, env.tools))
+    tools = session_tools(env, start)
+    ids = list(fmt.prompt_ids(history, tools))
     mask, logps, versions, pools = [0] * len(ids), [0.0] * len(ids), [-1] * len(ids), []
     status, env_reward, metrics = Status.TASK_LIMIT_REACHED, 0.0, {}
     gen_time, finished, malformed = 0.0, False, 0
@@ -147,7 +149,7 @@ def play_episode(
                 status, env_reward, finished = Status(step.status), step.reward, True
                 break
             closing = fmt.closing_ids(result.token_ids)
-            obs = closing + fmt.observation_ids(history, step.messages, env.tools)
+            obs = closing + fmt.observation_ids(history, step.messages, tools)
             history.extend(step.messages)
             ids += obs
             mask += [0] * len(obs)

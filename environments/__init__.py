@@ -24,6 +24,7 @@ from agentrl.environments._protocol import (
     Step,
     TaskOptionsError,
     UnknownTask,
+    session_tools,
 )
 from agentrl.environments._registry import make_task, register_task, task_names
 from agentrl.environments._toolcalls import parse_assistant
@@ -49,5 +50,6 @@ __all__ = [
     "parse_assistant",
     "parse_tool_calls",
     "register_task",
+    "session_tools",
     "task_names",
 ]

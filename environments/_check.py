@@ -15,8 +15,9 @@ Agents:
 
 A task module outside this file offers its agents as a module-level
 ``CHECK_AGENTS = {"oracle": fn, "random": fn}`` (each ``fn(env, index, rng)``
-yields one step per assistant turn: a `ToolCall`, or a text, an assistant message
-without a call, for tasks answered in text such as ``kg``), and may give its
+yields one step per assistant turn: a `ToolCall`, a list of calls made in one turn
+(BFCL's parallel calls), or a text, an assistant message without a call, for tasks
+answered in text such as ``kg``), and may give its
 environment a ``describe(index) -> str`` shown beside each failure.
 """
 
@@ -29,23 +30,50 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from agentrl.environments._protocol import EnvError, Environment, Status
+from agentrl.environments._toolcalls import call_arguments, call_text
 from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.environments.tasks.db.task import DBTask, ItemError
 from agentrl.messages import ChatMessage, ToolCall
 
-__all__ = ["AGENTS", "CheckReport", "agent_message", "check", "scripts_for"]
+__all__ = [
+    "AGENTS",
+    "Actions",
+    "AgentStep",
+    "CheckReport",
+    "agent_message",
+    "check",
+    "scripts_for",
+    "step_text",
+]
 
 AGENTS = ("oracle", "random")
 
-Actions = Iterator[ToolCall | str]
-"""A scripted agent's steps for one episode, one per assistant turn: a call or a text."""
+AgentStep = ToolCall | list[ToolCall] | str
+"""One assistant turn of a scripted agent: a call, several calls at once, or a text."""
+Actions = Iterator[AgentStep]
+"""A scripted agent's steps for one episode, one per assistant turn."""
 
 
-def agent_message(step: ToolCall | str) -> ChatMessage:
+def agent_message(step: AgentStep) -> ChatMessage:
     """The assistant message of one scripted step (a text is a message without a call)."""
     if isinstance(step, str):
         return ChatMessage("assistant", step)
-    return ChatMessage("assistant", "", [step])
+    return ChatMessage("assistant", "", [step] if isinstance(step, ToolCall) else list(step))
+
+
+def step_text(step: AgentStep) -> str:
+    """A scripted step as the model would write it: each call in the first form
+    `parse_assistant` reads (``<tool_call>...</tool_call>``), one per line; a text as is.
+    Raises ValueError for a call whose arguments are not a JSON object."""
+    if isinstance(step, str):
+        return step
+    texts = []
+    for call in [step] if isinstance(step, ToolCall) else step:
+        arguments = call_arguments(call)
+        if arguments is None:
+            raise ValueError(f"call {call.name!r}: arguments are not a JSON object")
+        texts.append(call_text(call.name, arguments))
+    return "\n".join(texts)
 
 
 @dataclass
@@ -88,7 +116,7 @@ def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckRep
         status, reward, transcript = Status.RUNNING, 0.0, []
         for n, call in enumerate(calls):
             step = env.interact(start.session, agent_message(call))
-            said = repr(call) if isinstance(call, str) else f"{call.name}({call.arguments})"
+            said = repr(call) if isinstance(call, str) else _said(call)
             transcript.append(said)
             transcript += [f"-> {m.content[:120]}" for m in step.messages]
             if step.finish:
@@ -117,6 +145,11 @@ def scripts_for(task: str, env: Environment) -> dict[str, Callable[..., Actions]
     if scripts is None:
         raise ValueError(f"no scripted agents for task {task!r}")
     return scripts
+
+
+def _said(step: ToolCall | list[ToolCall]) -> str:
+    calls = [step] if isinstance(step, ToolCall) else step
+    return " ".join(f"{c.name}({c.arguments})" for c in calls)
 
 
 def _call(name: str, **arguments) -> ToolCall:

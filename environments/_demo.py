@@ -33,9 +33,11 @@ from agentrl.messages import ChatMessage, ToolCall
 __all__ = ["DemoPrompt", "with_demo"]
 
 
-def _call_text(call: ToolCall | str) -> str:
+def _call_text(call: ToolCall | list[ToolCall] | str) -> str:
     if isinstance(call, str):  # a scripted step without a call: the text itself
         return call
+    if isinstance(call, list):  # several calls in one turn: one per line
+        return "\n".join(_call_text(c) for c in call)
     try:
         arguments = json.loads(call.arguments)
     except json.JSONDecodeError:
@@ -49,6 +51,11 @@ class DemoPrompt:
     def __init__(self, env: Environment, task: str, steps: int = 2) -> None:
         from agentrl.environments._check import scripts_for
 
+        if getattr(env, "instance_tools", False):
+            raise ValueError(
+                f"task {task!r} gives each instance its own tools; a demo from another "
+                "instance would show calls to tools this one does not have"
+            )
         agents = scripts_for(task, env)
         if "oracle" not in agents:
             raise ValueError(f"task {task!r} has no oracle agent to make a demo with")
@@ -101,17 +108,15 @@ class DemoPrompt:
         with self._lock:
             if index in self._demos:
                 return self._demos[index]
+        from agentrl.environments._check import agent_message
+
         start = self._env.start(index)
         messages = [m for m in start.messages if m.role != "system"]
         finished = False
         try:
             actions = self._oracle(self._env, index, random.Random(index))
             for _, call in zip(range(self._steps), actions, strict=False):
-                if isinstance(call, str):  # a scripted step without a call: plain text
-                    said = ChatMessage("assistant", call)
-                else:
-                    said = ChatMessage("assistant", "", [call])
-                step = self._env.interact(start.session, said)
+                step = self._env.interact(start.session, agent_message(call))
                 messages.append(ChatMessage(role="assistant", content=_call_text(call)))
                 messages += step.messages
                 if step.finish:

@@ -27,6 +27,7 @@ __all__ = [
     "Step",
     "TaskOptionsError",
     "UnknownTask",
+    "session_tools",
 ]
 
 
@@ -61,6 +62,14 @@ class Start:
     """Opaque session handle, passed back to ``interact`` and ``cancel``."""
     messages: list[ChatMessage]
     """Opening messages (system, user) the model answers first."""
+    tools: list[dict] | None = None
+    """This session's tool schemas when they are the instance's own (BFCL: every entry has
+    its functions); None means the environment's ``tools``. See `session_tools`."""
+
+
+def session_tools(env: Environment, start: Start) -> list[dict]:
+    """The tool schemas of a started session: its own, else the environment's."""
+    return list(env.tools) if start.tools is None else list(start.tools)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ _BUILTIN: dict[str, str] = {
     "kg": "agentrl.environments.tasks.kg.task:KGTask",
     "alfworld": "agentrl.environments.tasks.alfworld.task:AlfworldTask",
     "webshop": "agentrl.environments.tasks.webshop.task:WebShopTask",
+    "bfcl": "agentrl.environments.tasks.bfcl.task:bfcl",
+    "bfcl_multi_turn": "agentrl.environments.tasks.bfcl.task:bfcl_multi_turn",
 }
 
 _lock = threading.Lock()
@@ -53,15 +55,23 @@ def make_task(name: str, **options: Any) -> Environment:
     """Build the environment of task ``name`` with ``options``.
 
     Raises UnknownTask (listing the known names) for an unregistered name and
-    TaskOptionsError when the options do not fit the factory's signature. Every task
+    TaskOptionsError when the options do not fit the factory's signature. A name
+    ``base:variant`` builds task ``base`` with its ``variant_option`` set to ``variant``
+    (``bfcl:multiple`` is ``bfcl`` with ``category="multiple"``). Every task
     with an oracle check agent also takes ``demo: true|N`` (a solved example of N
     oracle steps on another instance in front of each prompt, see `_demo`).
     """
+    base, variant = name, None
     with _lock:
         entry = _factories.get(name)
+        if entry is None and ":" in name:
+            base, _, variant = name.partition(":")
+            entry = _factories.get(base)
     if entry is None:
         raise UnknownTask(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
     factory = _load(entry) if isinstance(entry, str) else entry
+    if variant is not None:
+        options = _with_variant(base, factory, variant, options)
     signature = inspect.signature(factory)
     demo = None
     if "demo" in options and "demo" not in signature.parameters:
@@ -82,6 +92,21 @@ def make_task(name: str, **options: Any) -> Environment:
         except ValueError as exc:
             raise TaskOptionsError(f"task {name!r}: {exc}") from exc
     return env
+
+
+def _with_variant(
+    base: str, factory: TaskFactory, variant: str, options: dict[str, Any]
+) -> dict[str, Any]:
+    """``options`` with the variant of ``base:variant`` as the option the factory names in
+    its ``variant_option`` (``bfcl:simple_python`` is ``bfcl`` with category simple_python)."""
+    option = getattr(factory, "variant_option", None)
+    if option is None:
+        raise UnknownTask(f"task {base!r} takes no variant (got {base}:{variant})")
+    if option in options and options[option] != variant:
+        raise TaskOptionsError(
+            f"task {base}:{variant}: option {option}={options[option]!r} contradicts the name"
+        )
+    return {**options, option: variant}
 
 
 def _load(ref: str) -> TaskFactory:

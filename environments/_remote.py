@@ -102,7 +102,9 @@ class RemoteEnvironment:
         self._tools = list(reply.tools)
         with self._lock:
             self._live[sid] = _Live(reply.worker_id, episode, time.monotonic())
-        return Start(session=(sid, reply.worker_id), messages=list(reply.messages))
+        return Start(
+            session=(sid, reply.worker_id), messages=list(reply.messages), tools=list(reply.tools)
+        )
 
     def interact(self, session, message) -> Step:
         sid, worker = session

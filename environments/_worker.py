@@ -42,7 +42,14 @@ from typing import Any
 
 import structlog
 
-from agentrl.environments._protocol import Environment, InfraError, SampleError, Status, Step
+from agentrl.environments._protocol import (
+    Environment,
+    InfraError,
+    SampleError,
+    Status,
+    Step,
+    session_tools,
+)
 from agentrl.messages import (
     Delivery,
     EnvCancel,
@@ -155,7 +162,12 @@ class EnvWorker:
         limit = self._orphan if delivery.redelivered else self._idle
         with self._lock:
             self._sessions[req.session_id] = _Held(start.session, delivery, self._clock(), limit)
-        self._reply(delivery, req.session_id, start.messages, Status.RUNNING, finish=False)
+        self._reply_step(
+            delivery,
+            req.session_id,
+            Step(start.messages, Status.RUNNING, 0.0, False, {}),
+            tools=session_tools(self.env, start),
+        )
 
     def _on_session_message(self, delivery: Delivery) -> None:
         try:
@@ -198,12 +210,14 @@ class EnvWorker:
     def _reply(self, delivery, sid, messages, status: Status, *, finish: bool) -> None:
         self._reply_step(delivery, sid, Step(messages, status, 0.0, finish, {}))
 
-    def _reply_step(self, delivery: Delivery, sid: str, step: Step) -> None:
+    def _reply_step(
+        self, delivery: Delivery, sid: str, step: Step, *, tools: list[dict] | None = None
+    ) -> None:
         reply = EnvReply(
             session_id=sid,
             worker_id=self.worker_id,
             messages=step.messages,
-            tools=self.env.tools,
+            tools=self.env.tools if tools is None else tools,
             status=str(step.status),
             reward=float(step.reward),
             finish=step.finish,

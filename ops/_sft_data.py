@@ -40,9 +40,8 @@ from agentrl.environments import (
     TaskOptionsError,
     make_task,
 )
-from agentrl.environments._check import scripts_for
-from agentrl.environments._toolcalls import call_arguments, call_text
-from agentrl.messages import EpisodeRequest, GenerateResult, ToolCall, Trajectory
+from agentrl.environments._check import AgentStep, scripts_for, step_text
+from agentrl.messages import EpisodeRequest, GenerateResult, Trajectory
 
 __all__ = [
     "SKIP_REASONS",
@@ -61,7 +60,7 @@ MAX_CONSECUTIVE_SKIPS = 200
 """A task whose oracle gives nothing on this many instances in a row is an error."""
 
 
-Oracle = Callable[[Environment, int, random.Random], Iterator[ToolCall | str]]
+Oracle = Callable[[Environment, int, random.Random], Iterator[AgentStep]]
 """A task's oracle check agent: ``oracle(env, index, rng)`` yields one call per turn."""
 
 
@@ -163,16 +162,13 @@ def oracle_trajectory(
     return traj
 
 
-def assistant_ids(fmt: ChatFormat, tokenizer: Any, call: ToolCall | str) -> list[int]:
-    """The ids a sampler returns for ``call`` written as text (a text step as it is): its
-    tokens, then end-of-turn."""
-    if isinstance(call, str):
-        text = call
-    else:
-        arguments = call_arguments(call)
-        if arguments is None:
-            raise SFTDataError(f"oracle call {call.name!r}: arguments are not a JSON object")
-        text = call_text(call.name, arguments)
+def assistant_ids(fmt: ChatFormat, tokenizer: Any, call: AgentStep) -> list[int]:
+    """The ids a sampler returns for ``call`` written as text (`step_text`: several calls
+    one per line, a text step as it is): its tokens, then end-of-turn."""
+    try:
+        text = step_text(call)
+    except ValueError as exc:
+        raise SFTDataError(f"oracle {exc}") from exc
     return [*tokenizer.encode(text, add_special_tokens=False), *fmt.end_of_turn_ids]
 
 

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.actors._mix import TaskMixer
-from agentrl.environments import ChatFormat, Environment, MalformedToolCall, parse_assistant
+from agentrl.environments import (
+    ChatFormat,
+    Environment,
+    MalformedToolCall,
+    parse_assistant,
+    session_tools,
+)
 from agentrl.environments._chat import _json_or_text
 from agentrl.messages import ChatMessage, GenerateResult, Trajectory
 from agentrl.trainer import episode_reward
@@ -159,7 +165,7 @@ class EpisodeBook:
             return episode, [], []
         start = env.start(slot.index)
         episode.session = start.session
-        return episode, list(start.messages), list(env.tools)
+        return episode, list(start.messages), session_tools(env, start)
 
     def _slot(self, task: str, group: str | None, size: int | None) -> ServedGroup:
         if group is not None and group in self._groups:
