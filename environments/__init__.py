@@ -26,7 +26,12 @@ from agentrl.environments._protocol import (
     UnknownTask,
     session_tools,
 )
-from agentrl.environments._registry import make_task, register_task, task_names
+from agentrl.environments._registry import (
+    expand_task_name,
+    make_task,
+    register_task,
+    task_names,
+)
 from agentrl.environments._toolcalls import parse_assistant
 
 parse_tool_calls = parse_assistant
@@ -46,6 +51,7 @@ __all__ = [
     "Step",
     "TaskOptionsError",
     "UnknownTask",
+    "expand_task_name",
     "make_task",
     "parse_assistant",
     "parse_tool_calls",

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentrl.environments._protocol import Environment, TaskOptionsError, UnknownTask
 
-__all__ = ["make_task", "register_task", "task_names"]
+__all__ = ["expand_task_name", "make_task", "register_task", "task_names"]
 
 TaskFactory = Callable[..., Environment]
 
@@ -92,6 +92,25 @@ def make_task(name: str, **options: Any) -> Environment:
         except ValueError as exc:
             raise TaskOptionsError(f"task {name!r}: {exc}") from exc
     return env
+
+
+def expand_task_name(name: str) -> list[str]:
+    """The task names ``name`` stands for: ``base:v`` for each ``v`` of
+    ``factory.variants(variant)`` when ``name`` is ``base:variant`` and the factory has
+    ``variants`` (``bfcl:non_live`` is BFCL's non-live categories), else ``[name]``.
+    Raises UnknownTask for an unregistered base, ValueError for an unknown variant."""
+    base, sep, variant = name.partition(":")
+    if not sep:
+        return [name]
+    with _lock:
+        entry = _factories.get(name) or _factories.get(base)
+    if entry is None:
+        raise UnknownTask(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
+    factory = _load(entry) if isinstance(entry, str) else entry
+    variants = getattr(factory, "variants", None)
+    if variants is None:
+        return [name]
+    return [f"{base}:{v}" for v in variants(variant)]
 
 
 def _with_variant(

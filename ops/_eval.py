@@ -97,7 +97,9 @@ class EvalReport:
 
     checkpoint: str
     runs: int
-    episodes: int
+    episodes: int | None
+    """Episodes per run of each task; None: every instance (each task's count is in its
+    `TaskResult`)."""
     temperature: float
     max_turns: int | None
     """The safety cap on turns; None: only the tasks' own limits."""
@@ -115,7 +117,7 @@ class EvalReport:
 def eval_problems(
     tasks: Mapping[str, Mapping[str, Any]],
     *,
-    episodes: int,
+    episodes: int | None,
     runs: int,
     temperature: float,
     max_turns: int | None,
@@ -129,8 +131,8 @@ def eval_problems(
         problems.append("tasks: at least one task is needed")
     if runs < 1:
         problems.append(f"runs: must be >= 1, got {runs}")
-    if episodes < 1:
-        problems.append(f"episodes: must be >= 1, got {episodes}")
+    if episodes is not None and episodes < 1:
+        problems.append(f"episodes: must be >= 1 (or None: every instance), got {episodes}")
     if temperature < 0:
         problems.append(f"temperature: must be >= 0, got {temperature}")
     if max_turns is not None and max_turns < 1:
@@ -145,7 +147,7 @@ def eval_problems(
         except (EnvError, ValueError, TypeError) as exc:
             problems.append(f"task {name}: {exc}")
             continue
-        if episodes > env.num_instances:
+        if episodes is not None and episodes > env.num_instances:
             problems.append(
                 f"task {name}: {episodes} episodes per run but only {env.num_instances} instances"
             )
@@ -171,7 +173,7 @@ def evaluate(
     checkpoint: Path,
     tasks: Mapping[str, Mapping[str, Any]],
     *,
-    episodes: int,
+    episodes: int | None,
     runs: int,
     temperature: float = 0.8,
     max_turns: int | None = None,
@@ -187,6 +189,7 @@ def evaluate(
 
     `tasks` maps a task name to its options (`make_task(name, **options)`); a task
     that takes a `split` option and names none is evaluated on `split="test"`.
+    `episodes` None plays every instance of each task (a benchmark's whole category).
     `make_engine(weights, version, max_batch)` replaces the torch engine (tests
     use a scripted one). `on_progress(done, total)` is called from this thread
     whenever more episodes have finished. Raises EvalError listing every problem
@@ -207,10 +210,12 @@ def evaluate(
         raise EvalError("; ".join(problems))
     checkpoint = Path(checkpoint)
     make_engine = make_engine or functools.partial(torch_engine, dtype=dtype, seed=seed)
+    envs = {name: make_task(name, **options) for name, options in tasks.items()}
+    counts = {name: episodes or env.num_instances for name, env in envs.items()}
     requests, run_of = [], {}
     for run in range(runs):
         for task in tasks:
-            for index in range(episodes):
+            for index in range(counts[task]):
                 episode_id = f"{task}-r{run}-i{index}"
                 run_of[episode_id] = run
                 requests.append(
@@ -227,7 +232,7 @@ def evaluate(
     t0 = time.monotonic()
     trajectories = run_episodes(
         checkpoint,
-        {name: make_task(name, **options) for name, options in tasks.items()},
+        envs,
         requests,
         limits=EpisodeLimits(
             max_turns=max_turns,
@@ -247,7 +252,7 @@ def evaluate(
         for t in trajectories:
             if t.task == name:
                 per_run[run_of[t.episode_id]].append(t)
-        results[name] = _task_result(name, dict(options), per_run, episodes)
+        results[name] = _task_result(name, dict(options), per_run, counts[name])
     return EvalReport(
         checkpoint=str(checkpoint),
         runs=runs,
@@ -284,7 +289,8 @@ def _task_result(
 
 
 def format_table(report: EvalReport) -> str:
-    """A markdown table: one row per task."""
+    """A markdown table: one row per task; then, when BFCL categories were run
+    (``bfcl:<category>``), BFCL's leaderboard table of them (`bfcl.leaderboard`)."""
     lines = [
         "| task | runs | episodes/run | pass rate (mean ± std) | reward | turns |",
         "|---|---:|---:|---:|---:|---:|",
@@ -294,4 +300,14 @@ def format_table(report: EvalReport) -> str:
             f"| {r.task} | {r.runs} | {r.episodes} | {r.pass_rate_mean:.3f} ± "
             f"{r.pass_rate_std:.3f} | {r.reward_mean:+.3f} | {r.turns_mean:.2f} |"
         )
-    return "\n".join(lines) + "\n"
+    table = "\n".join(lines) + "\n"
+    bfcl = {
+        r.options.get("category") or name.partition(":")[2]: (r.pass_rate_mean, r.episodes)
+        for name, r in report.tasks.items()
+        if name.partition(":")[0] == "bfcl" and (":" in name or "category" in r.options)
+    }
+    if bfcl:
+        from agentrl.environments.tasks.bfcl.leaderboard import format_leaderboard
+
+        table += "\n" + format_leaderboard(bfcl)
+    return table

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from agentrl.environments import EnvError, expand_task_name
 from agentrl.trainer import ModelError, resolve_model
 
 from ._eval import EvalError, eval_problems, evaluate, format_table, with_split
@@ -28,7 +29,12 @@ __all__ = ["main"]
 
 _NUMBERS: dict[str, tuple[type, int | float, str]] = {  # option: (type, default, help)
     "runs": (int, 4, "runs per task"),
-    "episodes": (int, 32, "episodes per run: instances 0 .. N-1 of each task"),
+    "episodes": (
+        lambda raw: None if raw == "all" else int(raw),
+        32,
+        "episodes per run: instances 0 .. N-1 of each task; 'all': every instance of each "
+        "task (a benchmark's whole category: --tasks bfcl:multiple --episodes all)",
+    ),
     "temperature": (float, 0.8, "sampling temperature (0 = greedy)"),
     "max_tokens": (int, 1024, "context tokens per episode"),
     "max_new_tokens": (int, 128, "tokens sampled per turn"),
@@ -52,7 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a checkpoint directory (runs/<run>/checkpoints/v000028) or a model spec: "
         "smollm2, tiny, an HF model directory, a hub name",
     )
-    ev.add_argument("--tasks", required=True, help="comma-separated task names")
+    ev.add_argument(
+        "--tasks",
+        required=True,
+        help="comma-separated task names; bfcl:CATEGORY is one BFCL category, and a BFCL "
+        "collection (bfcl:non_live, bfcl:live, bfcl:multi_turn, bfcl:simple, bfcl:all) "
+        "stands for its categories",
+    )
     for name, (_, default, help_) in _NUMBERS.items():
         ev.add_argument(
             f"--{name.replace('_', '-')}", default=str(default), help=f"{help_}; default {default}"
@@ -190,7 +202,7 @@ def _eval(args: argparse.Namespace) -> int:
         try:
             numbers[name] = kind(raw)
         except ValueError:
-            what = "an integer" if kind is int else "a number"
+            what = {int: "an integer", float: "a number"}.get(kind, "an integer or 'all'")
             problems.append(f"--{name.replace('_', '-')}: not {what}: {raw!r}")
             numbers[name] = default  # so that the checks below do not report it again
     tasks: dict[str, dict[str, Any]] = {t.strip(): {} for t in args.tasks.split(",") if t.strip()}
@@ -206,6 +218,7 @@ def _eval(args: argparse.Namespace) -> int:
                 tasks[name][key] = yaml.safe_load(value)
             except yaml.YAMLError as exc:
                 problems.append(f"--task-option {item!r}: value is not YAML: {exc}")
+    tasks = _expanded(tasks, problems)
     numbers["max_turns"] = args.max_turns
     checkpoint, problem = _checkpoint(args.checkpoint)
     if problem:
@@ -235,6 +248,21 @@ def _eval(args: argparse.Namespace) -> int:
         out.with_suffix(".json").write_text(report.to_json() + "\n")
         print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0
+
+
+def _expanded(tasks: dict[str, dict[str, Any]], problems: list[str]) -> dict[str, dict[str, Any]]:
+    """Task names that stand for several (`expand_task_name`: BFCL's collections) replaced
+    by those, each with the options given to the collection."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, options in tasks.items():
+        try:
+            names = expand_task_name(name)
+        except (EnvError, ValueError) as exc:
+            problems.append(f"--tasks: {exc}")
+            names = [name]
+        for expanded in names:
+            out.setdefault(expanded, {}).update(options)
+    return out
 
 
 def _checkpoint(spec: str) -> tuple[Path | None, str | None]:

@@ -10,9 +10,11 @@ COPY build-ca.crt env-worker.requirements.txt /tmp/
 RUN if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi \
     && pip install --no-cache-dir --disable-pip-version-check \
         -r /tmp/env-worker.requirements.txt \
+    && pip install --no-cache-dir --disable-pip-version-check --no-deps bfcl-eval==2026.3.23 \
     && rm /tmp/build-ca.crt /tmp/env-worker.requirements.txt
 COPY agentrl-*.whl /tmp/
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /tmp/agentrl-*.whl \
     && rm /tmp/agentrl-*.whl \
-    && agentrl-env-worker --help >/dev/null
+    && agentrl-env-worker --help >/dev/null \
+    && python3 -c "from agentrl.environments.tasks.bfcl._bfcl import load; load()"
 ENTRYPOINT ["agentrl-env-worker"]

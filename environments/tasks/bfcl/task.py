@@ -92,6 +92,7 @@ def bfcl(*, category: str = "simple_python", step_limit: int | None = None) -> B
 
 
 bfcl.variant_option = "category"  # type: ignore[attr-defined]  # bfcl:<category>
+bfcl.variants = expand  # type: ignore[attr-defined]  # bfcl:<collection> in task lists
 
 
 def bfcl_multi_turn(
