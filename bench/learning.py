@@ -3,6 +3,7 @@
     python bench/learning.py --minutes 40 [--sft-steps 20]          # the three arms in turn
     python bench/learning.py --arm full --minutes 40                # one arm (one session each)
     python bench/learning.py --report                               # table + learning.png
+    python bench/learning.py --bfcl-only --bfcl simple_python,multiple  # BFCL of the arms' runs
     python bench/learning.py --smoke                                # tiny model, 2 steps (CI)
 
 Three arms with the same base config (bench/learning.yaml), budget and seed:
@@ -19,6 +20,12 @@ Three arms with the same base config (bench/learning.yaml), budget and seed:
    ``--minutes`` of wall clock have passed; every ``--eval-every``-th checkpoint and the
    last few are kept, the others deleted as the run goes (a SmolLM2 checkpoint is 540 MB);
 4. ``agentrl eval`` of the kept intermediate checkpoints and of the last one: "after".
+
+Held-out generalisation (``--bfcl CATEGORIES``, needs bfcl-eval, docs/tasks.md "BFCL"):
+BFCL, never trained on, is evaluated through ``agentrl eval`` on the model as shipped,
+before RL and after RL: the first ``--bfcl-episodes`` entries of each category, greedy, in
+an 8,192-token context. ``--bfcl-only`` does that for arms already run (their checkpoints
+still on disk under ``--work``) and adds it to their results files.
 
 Each arm writes ``<results>/learning-<arm>.json``: the command line, the arm's config,
 the seeds, per-task pass rate per evaluated learner version, the training success per
@@ -233,6 +240,70 @@ def reuse_warm_start(
     return sft, summary(report, weights, report.get("seconds", 0.0), ["reused", str(report_path)])
 
 
+BFCL_MAX_TOKENS = 8192
+"""Context of a BFCL evaluation: multi-turn entries carry ~6,000 tokens of tool schemas."""
+
+
+def evaluate_bfcl(weights: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``agentrl eval`` of the ``--bfcl`` categories (``bfcl:<category>``), greedy: accuracy
+    and entries run per category, BFCL's checker's verdicts as the pass rate."""
+    from agentrl.ops.cli_agentrl import main as agentrl_main
+
+    items = [c.strip().partition("=") for c in args.bfcl.split(",") if c.strip()]
+    argv = ["eval", "--checkpoint", weights, "--tasks", ",".join(f"bfcl:{c}" for c, _, _ in items)]
+    argv += ["--episodes", str(args.bfcl_episodes or "all"), "--runs", "1", "--temperature", "0"]
+    for category, _, n in items:  # CATEGORY=N: its first N entries instead
+        argv += ["--task-episodes", f"bfcl:{category}={n}"] if n else []
+    argv += ["--max-tokens", str(BFCL_MAX_TOKENS), "--max-new-tokens", str(args.bfcl_max_new)]
+    argv += ["--concurrency", "8", "--seed", str(args.seed), "--out", str(out)]
+    start = time.monotonic()
+    code = agentrl_main(argv)
+    if code != 0:
+        raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
+    report = json.loads(out.with_suffix(".json").read_text())
+    return {
+        "checkpoint": weights,
+        "seconds": time.monotonic() - start,
+        "argv": ["agentrl", *argv],
+        "accuracy": {t.partition(":")[2]: r["pass_rate_mean"] for t, r in report["tasks"].items()},
+        "entries": {t.partition(":")[2]: r["episodes"] for t, r in report["tasks"].items()},
+    }
+
+
+def bfcl_of_arms(args: argparse.Namespace, work: Path) -> None:
+    """``--bfcl-only``: BFCL of the model as shipped, of the shared before-RL checkpoint and
+    of each arm's last checkpoint, added to ``learning-<arm>.json`` under ``bfcl``."""
+    from learning_report import load_results
+
+    arms = load_results(args.results)
+    done: dict[str, dict[str, Any]] = {}
+
+    def once(weights: str, out: Path) -> dict[str, Any]:
+        if weights not in done:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            done[weights] = evaluate_bfcl(weights, out, args)
+            print(f"BFCL {weights}: {done[weights]['accuracy']}", flush=True)
+        return done[weights]
+
+    for arm, data in arms.items():
+        run_dir = work / "runs" / data["config"]["run"]
+        found = checkpoints(run_dir)
+        model = data["config"]["model"]
+        weights = {}
+        for which in ("before", "after"):
+            version = data[f"{which}_version"]
+            if version not in found and version != 0:  # v0 is the model as shipped
+                raise SystemExit(f"{arm}: checkpoint v{version} is not in {run_dir}/checkpoints")
+            weights[which] = str(found.get(version, model))
+        data["bfcl"] = {"base": once(model, args.results / "bfcl-base.md")}
+        for which in ("before", "after"):
+            out = run_dir / f"bfcl-v{data[f'{which}_version']:06d}.md"
+            data["bfcl"][which] = once(weights[which], out)
+        path = args.results / f"learning-{arm}.json"
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"[{arm}] BFCL added to {path}", flush=True)
+
+
 def warm_start(cfg_path: Path, steps: int, lr: float | None = None) -> float:
     """``agentrl sft --config C --steps N [--lr LR]`` (in this process); its wall-clock seconds."""
     from agentrl.ops.cli_agentrl import main as agentrl_main
@@ -344,6 +415,11 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         before = evaluate(cfg, weights, run_dir / f"eval-v{v0:06d}.md", args)
     evals = {v0: before}
     print(f"[{arm}] before (v{v0}): {evals[v0]['pass_rate']}", flush=True)
+    bfcl: dict[str, Any] = {}
+    if args.bfcl:
+        if args.eval_base or args.base_eval:
+            bfcl["base"] = evaluate_bfcl(cfg["model"], run_dir / "bfcl-base.md", args)
+        bfcl["before"] = evaluate_bfcl(weights, run_dir / f"bfcl-v{v0:06d}.md", args)
     rl = train(cfg_path, run_dir, args, v0)
     found = checkpoints(run_dir)
     last = max(found, default=sft["version"])
@@ -353,6 +429,9 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         if v > sft["version"] and (v == last or (args.eval_every and v % args.eval_every == 0)):
             evals[v] = evaluate(cfg, str(found[v]), run_dir / f"eval-v{v:06d}.md", args)
             print(f"[{arm}] v{v}: {evals[v]['pass_rate']}", flush=True)
+    if args.bfcl:
+        after = str(found.get(last, weights))
+        bfcl["after"] = evaluate_bfcl(after, run_dir / f"bfcl-v{last:06d}.md", args)
     result = {
         "arm": arm,
         "command": shlex.join([sys.executable, *sys.argv]),
@@ -374,6 +453,7 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         "before": evals[sft["version"]]["pass_rate"],
         "after": evals[last]["pass_rate"],
         "training": training_curve(run_dir),
+        **({"bfcl": bfcl} if bfcl else {}),
         "wall_seconds": time.monotonic() - t0,
     }
     out = args.results / f"learning-{arm}.json"
@@ -411,8 +491,24 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("."), help="runs go to WORK/runs/")
     parser.add_argument("--report", action="store_true", help="table and plot from --results")
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps, temp dir")
+    parser.add_argument(
+        "--bfcl",
+        help="BFCL categories to evaluate, CATEGORY or CATEGORY=N entries (held out; needs "
+        "bfcl-eval), e.g. simple_python,multiple,multi_turn_base=4",
+    )
+    parser.add_argument("--bfcl-episodes", type=int, default=50, help="first N entries (0: all)")
+    parser.add_argument("--bfcl-max-new", type=int, default=256, help="tokens per BFCL turn")
+    parser.add_argument(
+        "--bfcl-only", action="store_true", help="BFCL of the arms in --results (see doc)"
+    )
     args = parser.parse_args()
     if args.report:
+        print(write_report(args.results).table, end="")
+        return
+    if args.bfcl_only:
+        if not args.bfcl:
+            raise SystemExit("--bfcl-only needs --bfcl CATEGORIES")
+        bfcl_of_arms(args, args.work.resolve())
         print(write_report(args.results).table, end="")
         return
     base = yaml.safe_load(args.config.read_text())

@@ -94,6 +94,45 @@ def markdown_table(arms: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 
+def bfcl_table(arms: dict[str, dict[str, Any]]) -> str:
+    """BFCL (held out) per category and BFCL's summaries: the model as shipped, before RL
+    (shared by the arms when they share a warm start) and each arm after RL; "" when no arm
+    has a BFCL evaluation."""
+    from agentrl.environments.tasks.bfcl.leaderboard import summaries
+
+    with_bfcl = {arm: data["bfcl"] for arm, data in arms.items() if data.get("bfcl")}
+    if not with_bfcl:
+        return ""
+    columns: dict[str, dict[str, Any]] = {}
+    for arm, bfcl in with_bfcl.items():
+        for which in ("base", "before"):  # shown once when the arms share it
+            if which in bfcl and bfcl[which] not in columns.values():
+                columns[which if which not in columns else f"{which} ({arm})"] = bfcl[which]
+        if "after" in bfcl:
+            columns[f"{arm} after"] = bfcl["after"]
+    categories: list[str] = []
+    for column in columns.values():
+        categories += [c for c in column["accuracy"] if c not in categories]
+    head = ["BFCL category", "entries", *columns]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for category in categories:
+        entries = {c["entries"].get(category) for c in columns.values()} - {None}
+        cells = [f"{c['accuracy'][category]:.3f}" if category in c["accuracy"] else "n/a"
+                 for c in columns.values()]  # fmt: skip
+        shown = "/".join(map(str, sorted(entries)))
+        lines.append(f"| {category} | {shown} | " + " | ".join(cells) + " |")
+    scored = [
+        summaries({k: (v, c["entries"][k]) for k, v in c["accuracy"].items()})
+        for c in columns.values()
+    ]
+    for name in scored[0]:
+        cells = ["N/A" if s[name] is None else f"{s[name][0]:.3f}" for s in scored]
+        if any(c != "N/A" for c in cells):
+            lines.append(f"| **{name}** |  | " + " | ".join(cells) + " |")
+    note = next(iter(columns.values()))["argv"]
+    return "\n".join(lines) + f"\n\n- BFCL: `{' '.join(note)}` (per checkpoint)\n"
+
+
 def _training_by_task(data: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     """Training success per update, entries of the same task averaged: task -> [(v, s)]."""
     task_of = {
@@ -159,6 +198,9 @@ def write_report(results: Path) -> ReportFiles:
     """Write ``learning.md`` and ``learning.png`` into ``results``."""
     arms = load_results(results)
     table = markdown_table(arms)
+    bfcl = bfcl_table(arms)
+    if bfcl:
+        table += "\n" + bfcl
     table_path, plot_path = results / "learning.md", results / "learning.png"
     table_path.write_text(table)
     plot(arms, plot_path)

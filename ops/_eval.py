@@ -120,6 +120,7 @@ def eval_problems(
     episodes: int | None,
     runs: int,
     temperature: float,
+    task_episodes: Mapping[str, int] | None = None,
     max_turns: int | None,
     max_tokens: int,
     max_new_tokens: int,
@@ -147,10 +148,14 @@ def eval_problems(
         except (EnvError, ValueError, TypeError) as exc:
             problems.append(f"task {name}: {exc}")
             continue
-        if episodes is not None and episodes > env.num_instances:
+        n = (task_episodes or {}).get(name, episodes)
+        if n is not None and n > env.num_instances:
             problems.append(
-                f"task {name}: {episodes} episodes per run but only {env.num_instances} instances"
+                f"task {name}: {n} episodes per run but only {env.num_instances} instances"
             )
+    for name, n in (task_episodes or {}).items():
+        if name not in tasks or n < 1:
+            problems.append(f"task_episodes: {name}={n}: not a task here, or < 1")
     return problems
 
 
@@ -175,6 +180,7 @@ def evaluate(
     *,
     episodes: int | None,
     runs: int,
+    task_episodes: Mapping[str, int] | None = None,
     temperature: float = 0.8,
     max_turns: int | None = None,
     max_tokens: int = 1024,
@@ -189,7 +195,8 @@ def evaluate(
 
     `tasks` maps a task name to its options (`make_task(name, **options)`); a task
     that takes a `split` option and names none is evaluated on `split="test"`.
-    `episodes` None plays every instance of each task (a benchmark's whole category).
+    `episodes` None plays every instance of each task (a benchmark's whole category);
+    `task_episodes` overrides it for the tasks it names.
     `make_engine(weights, version, max_batch)` replaces the torch engine (tests
     use a scripted one). `on_progress(done, total)` is called from this thread
     whenever more episodes have finished. Raises EvalError listing every problem
@@ -199,6 +206,7 @@ def evaluate(
     problems = eval_problems(
         tasks,
         episodes=episodes,
+        task_episodes=task_episodes,
         runs=runs,
         temperature=temperature,
         max_turns=max_turns,
@@ -212,6 +220,7 @@ def evaluate(
     make_engine = make_engine or functools.partial(torch_engine, dtype=dtype, seed=seed)
     envs = {name: make_task(name, **options) for name, options in tasks.items()}
     counts = {name: episodes or env.num_instances for name, env in envs.items()}
+    counts.update(task_episodes or {})
     requests, run_of = [], {}
     for run in range(runs):
         for task in tasks:

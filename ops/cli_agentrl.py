@@ -83,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
         help="a task option, VALUE in YAML; repeatable. Tasks with a split option are "
         "evaluated on split=test unless one is given here (db.split=train)",
     )
+    ev.add_argument(
+        "--task-episodes",
+        action="append",
+        default=[],
+        metavar="TASK=N",
+        help="episodes per run of one task instead of --episodes; repeatable "
+        "(--tasks bfcl:simple,bfcl:multi_turn_base --episodes all "
+        "--task-episodes bfcl:multi_turn_base=8)",
+    )
     ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
     rep = sub.add_parser(
         "report",
@@ -219,12 +228,23 @@ def _eval(args: argparse.Namespace) -> int:
             except yaml.YAMLError as exc:
                 problems.append(f"--task-option {item!r}: value is not YAML: {exc}")
     tasks = _expanded(tasks, problems)
+    task_episodes: dict[str, int] = {}
+    for item in args.task_episodes:
+        name, eq, value = item.rpartition("=")
+        if not (eq and name and value.isdigit() and int(value) >= 1):
+            problems.append(f"--task-episodes {item!r}: expected TASK=N with N >= 1")
+        elif name not in tasks:
+            problems.append(f"--task-episodes {item!r}: task {name!r} is not in --tasks")
+        else:
+            task_episodes[name] = int(value)
     numbers["max_turns"] = args.max_turns
     checkpoint, problem = _checkpoint(args.checkpoint)
     if problem:
         problems.append(problem)
     tasks, splits = with_split(tasks)
-    problems += eval_problems(tasks, **{k: v for k, v in numbers.items() if k != "seed"})
+    problems += eval_problems(
+        tasks, task_episodes=task_episodes, **{k: v for k, v in numbers.items() if k != "seed"}
+    )
     if args.out and Path(args.out).suffix == ".json":
         problems.append(f"--out {args.out!r}: the table is markdown; the numbers go to FILE.json")
     if problems:
@@ -235,7 +255,13 @@ def _eval(args: argparse.Namespace) -> int:
     for name, split in splits.items():
         print(f"agentrl eval: task {name}: split {split}", file=sys.stderr)
     try:
-        report = evaluate(checkpoint, tasks, on_progress=_progress_printer(), **numbers)
+        report = evaluate(
+            checkpoint,
+            tasks,
+            task_episodes=task_episodes,
+            on_progress=_progress_printer(),
+            **numbers,
+        )
     except EvalError as exc:
         print(f"agentrl eval: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ from agentrl.actors._fakes import ScriptedEngine
 from agentrl.environments import ChatFormat, register_task
 from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.ops import EvalError, cli_agentrl, evaluate, format_table
-from agentrl.ops._eval import with_split
+from agentrl.ops._eval import eval_problems, with_split
 from agentrl.trainer import resolve_model
 from tests.unit.scripts import calculator_script
 
@@ -126,12 +126,54 @@ def test_cli_lists_every_argument_problem(capsys, tmp_path):
         "does not exist",  # the checkpoint directory
         "unknown task 'nope'",
         "runs: must be >= 1, got 0",
-        "--episodes: not an integer: 'many'",
+        "--episodes: not an integer or 'all': 'many'",
         "task 'other' is not in --tasks",
         "'calculator': expected TASK.KEY=VALUE",
     ):
         assert expected in err, err
     assert len([line for line in err.splitlines() if line.startswith("  - ")]) == 6
+
+
+def test_task_episodes_override_episodes_and_all_plays_every_instance(smollm_tokenizer):
+    def run(**episodes):
+        report = evaluate(
+            resolve_model("tiny"),
+            {"calculator": {"seed": 1, "num_instances": 5}},
+            runs=1,
+            max_new_tokens=64,
+            make_engine=scripted(smollm_tokenizer, "oracle"),
+            **episodes,
+        )
+        return report.tasks["calculator"]
+
+    every = run(episodes=None)
+    assert (every.episodes, every.pass_rate_mean, len(every.solved_per_instance)) == (5, 1.0, 5)
+    assert run(episodes=None, task_episodes={"calculator": 2}).episodes == 2
+    problems = eval_problems(
+        {"calculator": {"num_instances": 2}},
+        episodes=None,
+        task_episodes={"calculator": 3, "nope": 1},
+        runs=1,
+        temperature=0.0,
+        max_turns=None,
+        max_tokens=1024,
+        max_new_tokens=64,
+    )
+    assert problems == [
+        "task calculator: 3 episodes per run but only 2 instances",
+        "task_episodes: nope=1: not a task here, or < 1",
+    ]
+
+
+def test_cli_expands_a_collection_and_checks_task_episodes(capsys):
+    code = cli_agentrl.main(
+        ["eval", "--checkpoint", "tiny", "--tasks", "calculator", "--episodes", "all",
+         "--task-episodes", "calculator=0", "--task-episodes", "db=2"]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--task-episodes 'calculator=0': expected TASK=N with N >= 1" in err
+    assert "--task-episodes 'db=2': task 'db' is not in --tasks" in err
 
 
 def test_cli_relative_missing_checkpoint_is_not_taken_for_a_hub_name(capsys):
