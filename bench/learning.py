@@ -270,6 +270,37 @@ def evaluate_bfcl(weights: str, out: Path, args: argparse.Namespace) -> dict[str
     }
 
 
+def _earlier_bfcl(weights: str, out: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The BFCL evaluation already in ``out``'s JSON when it was made of the same weights
+    with the same categories, entries and settings (an interrupted ``--bfcl-only`` resumes)."""
+    from agentrl.trainer import resolve_model
+
+    path = out.with_suffix(".json")
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    items = [c.strip().partition("=") for c in args.bfcl.split(",") if c.strip()]
+    want = {f"bfcl:{c}": int(n) if n else args.bfcl_episodes or None for c, _, n in items}
+    got = {t: r["episodes"] for t, r in report["tasks"].items()}
+    same = (
+        report["checkpoint"] == str(resolve_model(weights))
+        and set(got) == set(want)
+        and all(n is None or got[t] == n for t, n in want.items())
+        and (report["temperature"], report["max_tokens"]) == (0.0, BFCL_MAX_TOKENS)
+        and report["max_new_tokens"] == args.bfcl_max_new
+    )
+    if not same:
+        return None
+    tasks = report["tasks"].items()
+    return {
+        "checkpoint": weights,
+        "seconds": report["seconds"],
+        "argv": ["reused", str(path)],
+        "accuracy": {t.partition(":")[2]: r["pass_rate_mean"] for t, r in tasks},
+        "entries": {t.partition(":")[2]: r["episodes"] for t, r in tasks},
+    }
+
+
 def bfcl_of_arms(args: argparse.Namespace, work: Path) -> None:
     """``--bfcl-only``: BFCL of the model as shipped, of the shared before-RL checkpoint and
     of each arm's last checkpoint, added to ``learning-<arm>.json`` under ``bfcl``."""
@@ -281,7 +312,7 @@ def bfcl_of_arms(args: argparse.Namespace, work: Path) -> None:
     def once(weights: str, out: Path) -> dict[str, Any]:
         if weights not in done:
             out.parent.mkdir(parents=True, exist_ok=True)
-            done[weights] = evaluate_bfcl(weights, out, args)
+            done[weights] = _earlier_bfcl(weights, out, args) or evaluate_bfcl(weights, out, args)
             print(f"BFCL {weights}: {done[weights]['accuracy']}", flush=True)
         return done[weights]
 

@@ -219,7 +219,8 @@ def test_leaderboard_summaries_follow_bfcls_rules():
     assert got["Multi-Turn"] is None and got["Irrelevance"] is None  # a category not run
     table = format_leaderboard(scores)
     assert "| simple_java | 0.600 | 100/100 |" in table
-    assert "| **Multi-Turn** | N/A |" in table
+    assert "| **Irrelevance** | N/A |" in table  # live_irrelevance was not run
+    assert "Multi-Turn" not in table and "Relevance" not in table  # none of theirs was
 
 
 class _OracleEngine:

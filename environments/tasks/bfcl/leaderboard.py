@@ -35,6 +35,18 @@ def _weighted(scores: list[Score | None]) -> Score | None:
     return sum(s[0] * s[1] for s in scores) / total, total
 
 
+_PARTS = {
+    "Non-Live AST": ("simple_python", "simple_java", "simple_javascript", "multiple",
+                     "parallel", "parallel_multiple"),
+    "Non-Live simple": ("simple_python", "simple_java", "simple_javascript"),
+    "Live AST": ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"),
+    "Multi-Turn": tuple(c for c in CATEGORIES if c.startswith("multi_turn")),
+    "Irrelevance": ("irrelevance", "live_irrelevance"),
+    "Relevance": ("live_relevance",),
+}  # fmt: skip
+"""The categories of each summary."""
+
+
 def summaries(scores: Mapping[str, Score]) -> dict[str, Score | None]:
     """BFCL's summary scores (None: a category of it was not run)."""
     get = scores.get
@@ -60,13 +72,15 @@ def summaries(scores: Mapping[str, Score]) -> dict[str, Score | None]:
 
 def format_leaderboard(scores: Mapping[str, Score], title: str = "BFCL") -> str:
     """A markdown table: each category run (accuracy, entries run of the category's), then
-    the summaries."""
+    the summaries of which a category was run (N/A unless all of its were)."""
     lines = [f"| {title} category | accuracy | entries |", "|---|---:|---:|"]
     for category in CATEGORIES:
         if category in scores:
             accuracy, n = scores[category]
             lines.append(f"| {category} | {accuracy:.3f} | {n}/{len(entries(category))} |")
     for name, score in summaries(scores).items():
+        if score is None and not any(c in scores for c in _PARTS[name]):
+            continue  # nothing of it was run
         shown = "N/A" if score is None else f"**{score[0]:.3f}**"
         lines.append(f"| **{name}** | {shown} | {'' if score is None else score[1]} |")
     return "\n".join(lines) + "\n"
