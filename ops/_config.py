@@ -348,7 +348,7 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("tasks: at least one task is required")
     known = set(task_names())
     for name, task in cfg.tasks.items():
-        if task.factory(name) not in known:
+        if task.factory(name).partition(":")[0] not in known:  # bfcl:<category> is bfcl's
             what = f"task {task.task!r}" if task.task else "task"
             problems.append(f"tasks.{name}: unknown {what} (known: {', '.join(sorted(known))})")
         if task.weight <= 0:
