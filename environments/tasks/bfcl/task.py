@@ -2,7 +2,7 @@
 
 Each instance is one BFCL entry of the ``bfcl-eval`` package (`data`), played the way BFCL
 plays an OpenAI-compatible function-calling model, and scored by BFCL's own checker.
-Needs bfcl-eval (`_bfcl.INSTALL`); docs/tasks.md "BFCL" has the details and deviations.
+Needs bfcl-eval (`_bfcl.INSTALL`); docs/tasks.md "bfcl" has the details and deviations.
 
 **Tools.** Every entry has its own functions: `Start.tools` carries them, as BFCL's
 ``convert_to_tool`` writes them (OpenAI style, ``.`` in names written ``_``). There is no
@@ -41,8 +41,9 @@ decoded calls of every step: reward 1.0 when valid, status ``completed``.
 entry id (`tasks.toolkit.split`, 25 % test): train by default, so evaluation
 (``split=test``) never sees a trained entry.
 
-Metrics on the finishing step: ``env/success``, ``env/turns`` (assistant messages),
-``env/calls``, ``env/bad_calls`` (unknown functions, undecodable arguments),
+Metrics on the finishing step (`tasks.toolkit.episode.end_episode`): ``env/success``,
+``env/turns`` (assistant messages), ``env/bad_calls`` (unknown functions, undecodable
+arguments), ``env/level`` (always 0: BFCL has no levels), ``env/calls``,
 ``env/user_turns`` (user turns reached), ``env/force_quit``.
 """
 
@@ -61,8 +62,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from agentrl.environments._protocol import SessionClosed, Start, Status, Step
 from agentrl.environments._toolcalls import call_arguments, tool_reply
 from agentrl.environments.tasks.bfcl._bfcl import MODEL_NAME, load
@@ -75,12 +74,11 @@ from agentrl.environments.tasks.bfcl.data import (
     language,
     to_tools,
 )
+from agentrl.environments.tasks.toolkit.episode import end_episode
 from agentrl.environments.tasks.toolkit.split import check_split, split_items
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["CHECK_AGENTS", "BFCLTask", "bfcl", "bfcl_multi_turn"]
-
-log = structlog.get_logger(__name__)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -340,25 +338,22 @@ class BFCLTask:
         *,
         success: bool = False,
     ) -> Step:
-        session.done = True
         self._release(session)
         metrics = {
-            "env/success": float(success),
-            "env/turns": float(session.turns),
             "env/calls": float(session.calls),
-            "env/bad_calls": float(session.bad_calls),
             "env/user_turns": float(session.turn + 1),
             "env/force_quit": float(why == "force quit"),
         }
-        log.debug(
-            f"{self._name} episode ended",
-            entry=session.entry.id,
-            status=status.value,
-            why=why,
-            reward=float(success),
-            **metrics,
+        return end_episode(
+            f"{self._name} {session.entry.id}",
+            session,
+            status,
+            why,
+            replies,
+            level=0,
+            success=success,
+            metrics=metrics,
         )
-        return Step.end(status, 1.0 if success else 0.0, metrics, replies)
 
 
 def _call_string(name: str, arguments: dict[str, Any]) -> str:
