@@ -143,15 +143,22 @@ def test_a_clean_exit_means_the_run_ended_so_the_node_drains_the_rest(tmp_path):
 
 
 def test_a_role_that_fails_during_the_drain_fails_the_node(tmp_path):
+    ready = tmp_path / "bad-ready"  # "done" ends (and the node drains) once "bad" handles SIGTERM
     node = _node(
         tmp_path,
         {
-            "done": [PY, "-c", "pass"],
+            "done": [
+                PY,
+                "-c",
+                f"import pathlib, time\nwhile not pathlib.Path({str(ready)!r}).exists(): "
+                "time.sleep(0.05)",
+            ],
             "bad": [
                 PY,
                 "-c",
-                "import signal, sys, time; "
-                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5)); time.sleep(60)",
+                "import pathlib, signal, sys, time; "
+                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5)); "
+                f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)",
             ],
         },
         stop_timeout=10,
