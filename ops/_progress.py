@@ -1,8 +1,9 @@
 """The live progress line: version, episodes/s, reward per task, queue depths.
 
 Before the learner's first update there are no batch metrics yet; the line then shows
-what this node's rollouts have finished so far (`EpisodeTally`): episodes out of the
-first batch, and per task reward and success, so the first minutes are not a row of
+what this node's rollouts have finished so far (`EpisodeTally`): episodes (beside the
+episodes per update; the rollouts run ahead while the first update trains, so the count
+may pass it), and per task reward and success, so the first minutes are not a row of
 queue depths.
 """
 
@@ -60,11 +61,14 @@ def format_progress(
     batch_episodes: int = 0,
 ) -> str:
     """One line, e.g. `v3 | 0.52 ep/s | calculator r=+0.41 s=0.50 | idle 12% | q episodes=4`;
-    before the first update (no ``version`` in ``metrics``), e.g. `v8 | first update: 5/16
-    episodes | db 3 r=+0.33 s=0.33 | ...` from ``tally`` (see the module doc)."""
+    before the first update (no ``version`` in ``metrics``), e.g. `v8 | before the first
+    update: 5 episodes (16 per update) | db 3 r=+0.33 s=0.33 | ...` from ``tally`` (see the
+    module doc)."""
     if "version" not in metrics and tally is not None:
         done = sum(n for task, (n, _, _) in tally.items() if task != "untrained")
-        parts = [f"v{start_version}", f"first update: {done}/{batch_episodes} episodes"]
+        # the rollouts run ahead while the first update trains: done may exceed the batch
+        parts = [f"v{start_version}", f"before the first update: {done} episodes "
+                 f"({batch_episodes} per update)"]  # fmt: skip
         for task, (n, reward, success) in tally.items():
             if task == "untrained":
                 parts.append(f"untrained {n}")

@@ -62,7 +62,8 @@ def test_before_the_first_update_the_line_shows_finished_episodes():
     tally = {"db": (3, 1 / 3, 1 / 3), "os": (2, -0.2, 0.0), "untrained": (1, 0.0, 0.0)}
     line = format_progress({}, {"episodes": 4}, tally, start_version=8, batch_episodes=16)
     assert line == (
-        "v8 | first update: 5/16 episodes | db 3 r=+0.33 s=0.33 | os 2 r=-0.20 s=0.00 "
+        "v8 | before the first update: 5 episodes (16 per update) | db 3 r=+0.33 s=0.33 "
+        "| os 2 r=-0.20 s=0.00 "
         "| untrained 1 | q episodes=4"
     )
 
