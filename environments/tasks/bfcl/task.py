@@ -25,9 +25,11 @@ reward 0. After the last turn, ``multi_turn_checker`` (and, for the categories w
 turns that must not be answered with calls, ``multi_turn_irrelevance_checker``) judge the
 decoded calls of every step: reward 1.0 when valid, status ``completed``.
 
-- A call to a function the entry does not offer gets BFCL's execution error as its
-  result (``Error during execution: name 'x' is not defined``) and is never evaluated;
-  so does a call whose argument names are not Python identifiers. Calls are written for
+- A call runs when BFCL would run it: a public method of the entry's backend classes,
+  offered in the prompt or not (a ``miss_func`` function before its turn, as in BFCL).
+  Any other name gets BFCL's execution error as its result (``Error during execution:
+  name 'x' is not defined``) and is never evaluated; so does a call whose argument names
+  are not Python identifiers. Calls are written for
   BFCL's backends as ``name(key=repr(value), ...)`` (BFCL's ``convert_to_function_call``)
   from JSON values, so no text of the model is evaluated as code.
 - ``miss_func`` entries: at the held-out turn BFCL's function-calling mode recompiles the
@@ -310,6 +312,8 @@ class BFCLTask:
         if not message.tool_calls:
             return None
         offered = {t["function"]["name"] for t in to_tools(session.functions)}
+        if session.entry.multi_turn:  # BFCL runs any public method of the entry's backends
+            offered |= _methods(session.entry)
         out: list[tuple[ToolCall, str | None]] = []
         for call in message.tool_calls:
             arguments = call_arguments(call)
@@ -454,6 +458,19 @@ def _parsed_call(entry: Entry, text: str, i: int) -> ToolCall:
         for pos, value in zip(names, node.args, strict=False):
             args[pos] = ast.literal_eval(value)
     return ToolCall(f"call_{i}", name, json.dumps(args))
+
+
+def _methods(entry: Entry) -> set[str]:
+    """The public methods of the entry's backend classes: what BFCL's
+    ``execute_multi_turn_func_call`` can run, offered in the prompt or not."""
+    bfcl = load()
+    names: set[str] = set()
+    for cls_name in entry.prompt["involved_classes"]:
+        module = importlib.import_module(bfcl.backend_config.CLASS_FILE_PATH_MAPPING[cls_name])
+        cls = getattr(module, cls_name)
+        public = inspect.getmembers(cls, inspect.isfunction)
+        names |= {name for name, _ in public if not name.startswith("_")}
+    return names
 
 
 def _parameters(entry: Entry, method: str) -> list[str]:
