@@ -52,13 +52,12 @@ arguments), ``env/level`` (always 0: BFCL has no levels), ``env/calls``,
 from __future__ import annotations
 
 import ast
-import copy
+import functools
 import importlib
 import inspect
 import json
 import random
 import re
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -118,8 +117,9 @@ def bfcl_multi_turn(
 @dataclass
 class _Session:
     entry: Entry
-    functions: list[dict]
-    """The function docs offered so far (BFCL's, with hints)."""
+    callable: set[str]
+    """Names a call may run under: the tools offered so far and, multi-turn, every public
+    method of the entry's backends (BFCL's executor runs those, offered or not)."""
     tag: str
     """This session's model name for BFCL's backends: its instances are its own."""
     turn: int = 0
@@ -158,8 +158,6 @@ class BFCLTask:
         self._entries = split_items(items, [e.id for e in items], split, seed)
         if not self._entries:
             raise ValueError(f"{name}: no entries in {list(categories)} on split {split!r}")
-        self._lock = threading.Lock()
-        self._live: set[str] = set()
 
     @property
     def tools(self) -> list[dict]:
@@ -182,14 +180,15 @@ class BFCLTask:
 
     def start(self, index: int) -> Start:
         entry = self.entry(index)
-        functions = copy.deepcopy(entry.prompt.get("function", []))
-        session = _Session(entry, functions, f"{MODEL_NAME}_{uuid.uuid4().hex}")
+        tools = to_tools(entry.prompt.get("function", []))
+        names = {t["function"]["name"] for t in tools}
         if entry.multi_turn:
-            with self._lock:
-                self._live.add(session.tag)
+            names |= _methods(tuple(entry.prompt["involved_classes"]))
+        session = _Session(entry, names, f"{MODEL_NAME}_{uuid.uuid4().hex}")
+        if entry.multi_turn:
             session.decoded.append([])
             self._execute(session, [])  # BFCL sets up the instances before the first turn
-        return Start(session, self._messages(entry.prompt["question"][0]), to_tools(functions))
+        return Start(session, self._messages(entry.prompt["question"][0]), tools)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         if session.done:
@@ -256,9 +255,10 @@ class BFCLTask:
         messages = list(questions[session.turn])
         held_out = entry.prompt.get("missed_function", {}).get(str(session.turn))
         if held_out:
-            session.functions.extend(copy.deepcopy(held_out))
+            new = to_tools(held_out)
+            session.callable |= {t["function"]["name"] for t in new}
             ask = self._bfcl.default_prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
-            schemas = "\n".join(json.dumps(t["function"]) for t in to_tools(held_out))
+            schemas = "\n".join(json.dumps(t["function"]) for t in new)
             messages = [{"role": "user", "content": f"{schemas}\n{ask}"}]
         return Step(self._messages(messages), Status.RUNNING, 0.0, False, {})
 
@@ -266,16 +266,13 @@ class BFCLTask:
         entry = session.entry
         checker = self._bfcl.multi_turn_checker
         decoded = [[step for step in turn if step] for turn in session.decoded]
-        try:
-            result = {"valid": True}
-            if self._bfcl.utils.contain_multi_turn_irrelevance(entry.category):
-                result = checker.multi_turn_irrelevance_checker(decoded, entry.answer)
-            if result["valid"]:
-                result = checker.multi_turn_checker(
-                    decoded, entry.answer, entry.checked, entry.category, session.tag
-                )
-        finally:
-            self._release(session)
+        result = {"valid": True}  # should a checker raise, the rollout's cancel releases
+        if self._bfcl.utils.contain_multi_turn_irrelevance(entry.category):
+            result = checker.multi_turn_irrelevance_checker(decoded, entry.answer)
+        if result["valid"]:
+            result = checker.multi_turn_checker(
+                decoded, entry.answer, entry.checked, entry.category, session.tag
+            )
         why = "valid" if result["valid"] else str(result.get("error_type", "invalid"))
         return self._end(session, Status.COMPLETED, why, success=bool(result["valid"]))
 
@@ -292,11 +289,10 @@ class BFCLTask:
         return list(results)
 
     def _release(self, session: _Session) -> None:
-        """Drop the session's backend instances (BFCL keeps them in a module's globals)."""
-        with self._lock:
-            if session.tag not in self._live:
-                return
-            self._live.discard(session.tag)
+        """Drop the session's backend instances (BFCL keeps them in a module's globals, under
+        names that start with the session's tag); single-turn sessions have none."""
+        if not session.entry.multi_turn:
+            return
         space = vars(self._bfcl.multi_turn_utils)
         for key in [k for k in list(space) if k.startswith(session.tag)]:
             space.pop(key, None)
@@ -311,9 +307,6 @@ class BFCLTask:
         the message does not decode (no call, or arguments that are not an object)."""
         if not message.tool_calls:
             return None
-        offered = {t["function"]["name"] for t in to_tools(session.functions)}
-        if session.entry.multi_turn:  # BFCL runs any public method of the entry's backends
-            offered |= _methods(session.entry)
         out: list[tuple[ToolCall, str | None]] = []
         for call in message.tool_calls:
             arguments = call_arguments(call)
@@ -321,7 +314,7 @@ class BFCLTask:
                 session.bad_calls += 1
                 return None
             session.calls += 1
-            ok = call.name in offered and all(
+            ok = call.name in session.callable and all(
                 isinstance(k, str) and _IDENT.match(k) for k in arguments
             )
             if not ok:
@@ -460,24 +453,27 @@ def _parsed_call(entry: Entry, text: str, i: int) -> ToolCall:
     return ToolCall(f"call_{i}", name, json.dumps(args))
 
 
-def _methods(entry: Entry) -> set[str]:
-    """The public methods of the entry's backend classes: what BFCL's
+def _backend(class_name: str) -> type:
+    """One of BFCL's backend classes (``GorillaFileSystem``) by name."""
+    path = load().backend_config.CLASS_FILE_PATH_MAPPING[class_name]
+    return getattr(importlib.import_module(path), class_name)
+
+
+@functools.cache
+def _methods(class_names: tuple[str, ...]) -> frozenset[str]:
+    """The public methods of these backend classes: what BFCL's
     ``execute_multi_turn_func_call`` can run, offered in the prompt or not."""
-    bfcl = load()
-    names: set[str] = set()
-    for cls_name in entry.prompt["involved_classes"]:
-        module = importlib.import_module(bfcl.backend_config.CLASS_FILE_PATH_MAPPING[cls_name])
-        cls = getattr(module, cls_name)
-        public = inspect.getmembers(cls, inspect.isfunction)
-        names |= {name for name, _ in public if not name.startswith("_")}
-    return names
+    return frozenset(
+        name
+        for class_name in class_names
+        for name, _ in inspect.getmembers(_backend(class_name), inspect.isfunction)
+        if not name.startswith("_")
+    )
 
 
 def _parameters(entry: Entry, method: str) -> list[str]:
-    bfcl = load()
-    for cls_name in entry.prompt["involved_classes"]:
-        module = importlib.import_module(bfcl.backend_config.CLASS_FILE_PATH_MAPPING[cls_name])
-        cls = getattr(module, cls_name)
+    for class_name in entry.prompt["involved_classes"]:
+        cls = _backend(class_name)
         if hasattr(cls, method):
             return [p for p in inspect.signature(getattr(cls, method)).parameters if p != "self"]
     raise ValueError(f"bfcl: {entry.id}: no backend has a method {method!r}")
