@@ -548,8 +548,11 @@ def main() -> None:
     arms = list(ARMS) if args.arm == "all" else [args.arm]
     for arm in arms:
         run_arm(arm, base, args, args.work.resolve())
+        run_dir = args.work.resolve() / "runs" / f"learning-{arm}"
         if args.sft_steps and not args.warm_start_from:  # one warm start serves every arm
-            args.warm_start_from = args.work.resolve() / "runs" / f"learning-{arm}"
+            args.warm_start_from = run_dir
+        if args.eval_base:  # and one evaluation of the model as shipped
+            args.eval_base, args.base_eval = False, run_dir / "eval-base.json"
     files = write_report(args.results)
     print(files.table, end="")
     print(f"wrote {files.table_path} and {files.plot_path}")
