@@ -162,3 +162,36 @@ def test_the_report_reads_the_arms_beside_a_base_evaluation(learning, tmp_path):
     arm = {"arm": "full", "eval": {}}
     (tmp_path / "learning-full.json").write_text(json.dumps(arm))
     assert list(learning_report.load_results(tmp_path)) == ["full"]
+
+
+def test_all_arms_share_one_warm_start_and_one_evaluation_of_the_base_model(
+    learning, tmp_path, monkeypatch
+):
+    """`--arm all --eval-base --sft-steps N`: the first arm evaluates the model as shipped
+    and makes the warm start; the others reuse both from its run directory."""
+    seen = []
+
+    def run_arm(arm, base, args, work):
+        seen.append((arm, args.eval_base, args.base_eval, args.warm_start_from))
+        return tmp_path / f"learning-{arm}.json"
+
+    monkeypatch.setattr(learning, "run_arm", run_arm)
+    monkeypatch.setattr(
+        learning,
+        "write_report",
+        lambda results: argparse.Namespace(
+            table="", table_path=results / "t.md", plot_path=results / "p.png"
+        ),
+    )
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(CFG))
+    argv = ["learning.py", "--config", str(config), "--arm", "all", "--eval-base"]
+    argv += ["--sft-steps", "2", "--work", str(tmp_path), "--results", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    learning.main()
+    first = tmp_path.resolve() / "runs" / "learning-full"
+    assert seen == [
+        ("full", True, None, None),
+        ("no-task-norm", False, first / "eval-base.json", first),
+        ("no-cross-policy", False, first / "eval-base.json", first),
+    ]
