@@ -44,6 +44,7 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
     }
     for status, n in Counter(t.status for t in batch).items():
         out[f"rollout/status/{status}"] = n / len(batch)
+    out.update(_signal_metrics(batch))
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for t in batch:
         by_task[t.task].append(t)
@@ -86,6 +87,33 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
         lags = [trained_on - v for p, v in turns if p == pool]
         out[f"staleness/turn_lag/{pool}"] = fmean(lags)
         out[f"staleness/turn_lag_max/{pool}"] = float(max(lags))
+    return out
+
+
+def _signal_metrics(batch: list[Trajectory]) -> dict[str, float]:
+    """How much of the batch carries a GRPO learning signal.
+
+    A group whose rewards are all equal gets advantage exactly 0 (``group_advantages``):
+    its sampled tokens are trained on (forward, backward, KL) but move the policy only
+    through the KL term. ``rollout/groups_with_spread`` is the share of the batch's groups
+    with reward spread (max > min); ``rollout/signal_tokens`` the share of its sampled
+    (``loss_mask``) tokens in those groups; ``env/<task>/groups_with_spread`` per task.
+    """
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in batch:
+        groups[t.group_id].append(t)
+    spread = {g: max(t.reward for t in ts) > min(t.reward for t in ts) for g, ts in groups.items()}
+    tokens = sum(sum(t.loss_mask) for t in batch)
+    signal = sum(sum(t.loss_mask) for t in batch if spread[t.group_id])
+    out = {
+        "rollout/groups_with_spread": fmean(spread.values()),
+        "rollout/signal_tokens": signal / tokens if tokens else 0.0,
+    }
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for g, ts in groups.items():
+        by_task[ts[0].task].append(spread[g])
+    for task, flags in by_task.items():
+        out[f"env/{task}/groups_with_spread"] = fmean(flags)
     return out
 
 

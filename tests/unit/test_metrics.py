@@ -84,3 +84,20 @@ def test_malformed_turns_are_averaged_per_batch_and_per_task():
     m = batch_metrics(batch, version=6, wall=1.0)
     assert m["rollout/malformed_turns"] == pytest.approx(2 / 3)  # (2 + 0 + 0) / 3
     assert m["env/a/malformed_turns"] == 1.0 and m["env/b/malformed_turns"] == 0.0
+
+
+def test_the_share_of_groups_and_tokens_with_a_learning_signal_by_hand():
+    """Group g1 (task a) has spread, g2 (task a) and g3 (task b) are flat: 1 of 3 groups;
+    sampled tokens 5 + 5 in g1 against 5 + 5 in g2 and 5 in g3: 10 of 25."""
+    batch = [
+        two_turns(["current"] * 2, [6, 6], task="a", group="g1", reward=1.0),
+        two_turns(["current"] * 2, [6, 6], task="a", group="g1", reward=-0.2),
+        two_turns(["current"] * 2, [6, 6], task="a", group="g2", reward=-0.2),
+        two_turns(["current"] * 2, [6, 6], task="a", group="g2", reward=-0.2),
+        two_turns(["current"] * 2, [6, 6], task="b", group="g3", reward=1.0),
+    ]
+    m = batch_metrics(batch, version=7, wall=1.0)
+    assert m["rollout/groups_with_spread"] == pytest.approx(1 / 3)
+    assert m["rollout/signal_tokens"] == pytest.approx(10 / 25)
+    assert m["env/a/groups_with_spread"] == 0.5
+    assert m["env/b/groups_with_spread"] == 0.0
