@@ -13,7 +13,15 @@ dropped whole, complete or not, when
 - it is older than the hard staleness bound (v - issued_version > hard): `stale`;
 - it has been incomplete for longer than `group_timeout` seconds since its first
   member arrived (a member lost for good must not hold the rest forever): `timeout`;
-- it is complete with fewer than 2 trainable members: `too_few_members`.
+- it is complete with fewer than 2 trainable members: `too_few_members`;
+- with ``drop_flat_groups`` (``learner.drop_flat_groups``, DAPO's dynamic sampling), it
+  is complete and its trainable members' rewards are all equal: `no_spread`. Its GRPO
+  advantage is exactly 0, so training it would cost a forward/backward for the KL term
+  alone; the batch is filled with groups that carry a signal instead. These drops are
+  counted per task since the previous update (`env/<task>/flat_groups_dropped`, and
+  `env/<task>/flat_groups_succeeded` for the all-success ones), so the training
+  success of the trained batch, which now holds only groups with spread, can be read
+  beside them.
 
 A dropped group's buffered trajectories are acked at once (they must not hold
 the prefetch window), members that arrive later are acked on arrival, and the
@@ -53,7 +61,7 @@ from agentrl.trainer import LearnerBackend, build_batch
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
 from ._ledger import DROPPED_FILE, append_lines, read_lines
-from ._metrics import batch_metrics
+from ._metrics import batch_metrics, is_success
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
 log = structlog.get_logger(__name__)
@@ -61,7 +69,7 @@ log = structlog.get_logger(__name__)
 __all__ = ["LearnerActor"]
 
 
-DROP_REASONS = ("stale", "timeout", "too_few_members")
+DROP_REASONS = ("stale", "timeout", "too_few_members", "no_spread")
 """Why a group is dropped (`learner/groups_dropped_total/<reason>`, module doc)."""
 
 _REMEMBERED_DROPS = 10_000
@@ -115,6 +123,7 @@ class LearnerActor(pykka.ThreadingActor):
         max_token_lag: int | None = None,
         first_version: int = 0,
         ledger_dir: Path | None = None,
+        drop_flat_groups: bool = False,
     ) -> None:
         """``max_steps`` counts the run's RL updates, ``version - first_version`` (the
         warm start's version, or 0), over every process of the run: a learner restarted
@@ -135,6 +144,9 @@ class LearnerActor(pykka.ThreadingActor):
         self._pad_id = pad_id
         self._task_normalize = task_normalize  # build_batch's (learner.task_normalize)
         self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
+        self._drop_flat = drop_flat_groups
+        self._flat: Counter[str] = Counter()  # per task, flat groups dropped since the update
+        self._flat_succeeded: Counter[str] = Counter()
         self._max_steps = max_steps
         self._first_version = first_version
         self._on_metrics = on_metrics
@@ -306,6 +318,12 @@ class LearnerActor(pykka.ThreadingActor):
                 if stale or len(members) < 2:
                     self._drop(gid, group, "stale" if stale else "too_few_members")
                     continue
+                if self._drop_flat and len({t.reward for t in members}) == 1:
+                    task = members[0].task
+                    self._flat[task] += 1
+                    self._flat_succeeded[task] += all(is_success(t) for t in members)
+                    self._drop(gid, group, "no_spread")
+                    continue
                 if chosen == self._groups_per_batch:
                     break
                 batch.extend(members)
@@ -337,7 +355,8 @@ class LearnerActor(pykka.ThreadingActor):
         for episode, (_, delivery) in group.members.items():
             self._seen.discard(episode)
             delivery.ack()
-        self._log.warning(
+        expected = reason == "no_spread"  # dynamic sampling: routine, not a fault
+        (self._log.info if expected else self._log.warning)(
             "group dropped",
             group=gid,
             reason=reason,
@@ -413,6 +432,12 @@ class LearnerActor(pykka.ThreadingActor):
             **stats,
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
+        if self._drop_flat:
+            for task in {t.task for t in batch} | set(self._flat):
+                metrics[f"env/{task}/flat_groups_dropped"] = float(self._flat[task])
+                metrics[f"env/{task}/flat_groups_succeeded"] = float(self._flat_succeeded[task])
+            self._flat.clear()
+            self._flat_succeeded.clear()
         self._last_step_end = end
         self._log.info(
             "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)

@@ -199,6 +199,12 @@ class LearnerConfig:
     task_normalize: bool = True
     """Task advantage normalisation over the groups with reward spread; false: the loss
     gets the GRPO group advantages as they are (ablation)."""
+    drop_flat_groups: bool = False
+    """Dynamic sampling (DAPO): a complete group whose rewards are all equal (advantage
+    exactly 0) is dropped, acked and replaced, not trained (`learner/groups_dropped_total/
+    no_spread`), so every update's batch is made of groups with a learning signal and the
+    learner spends no forward/backward on the KL term alone. False: flat groups are
+    trained (their tokens enter the token mean and the KL term)."""
     micro_batch_tokens: int = 4096
     """Tokens per forward/backward micro-batch (gradient accumulation)."""
     gradient_checkpointing: bool = False

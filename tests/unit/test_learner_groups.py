@@ -1,4 +1,5 @@
-"""The learner's group buffer: stale and timed-out incomplete groups are dropped whole."""
+"""The learner's group buffer: stale and timed-out incomplete groups are dropped whole, and
+with dynamic sampling (`drop_flat_groups`) so are complete groups without reward spread."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class Clock:
         return self.now
 
 
-def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):
+def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None, **options):
     backend, done = FakeBackend(), threading.Event()
     ref = LearnerActor.start(
         broker=broker,
@@ -42,6 +43,7 @@ def start(broker, spec, tmp_path, *, clock, start_version=0, max_steps=None):
         group_timeout=600.0,
         sweep_interval=3600.0,  # the test sweeps by hand
         clock=clock,
+        **options,
     )
     return ref, backend, done
 
@@ -144,3 +146,36 @@ def test_the_controller_replaces_a_dropped_incomplete_group(
     ref.proxy().sweep().get()
     wait_for(lambda: ctl.proxy().stats().get()["issued"] == 4, what="a replacement group")
     assert ctl.proxy().stats().get()["dropped"] == 2
+
+
+@pytest.mark.parametrize("drop_flat", [True, False])
+def test_dynamic_sampling_drops_a_flat_group_and_trains_the_next_with_spread(
+    broker, spec, client, tmp_path, drop_flat
+):
+    """Group "flat" (1.0, 1.0) arrives before "mixed" (0.0, 1.0), one group per update.
+    Dropping flat groups: the update trains "mixed", "flat" is dropped (`no_spread`, both
+    episodes counted for the controller to replace) and reported per task as one flat
+    group, all-success. Without it, the update trains "flat" (advantage 0)."""
+    reports = learner_reports(client, spec)
+    _, backend, done = start(
+        broker, spec, tmp_path, clock=Clock(), max_steps=1, drop_flat_groups=drop_flat
+    )
+    publish_trajs(
+        client, spec, [trajectory("flat", 0, reward=1.0), trajectory("flat", 1, reward=1.0)]
+    )
+    wait_for(lambda: drop_flat or done.is_set(), what="the flat group trained")
+    publish_trajs(
+        client, spec, [trajectory("mixed", 0, reward=0.0), trajectory("mixed", 1, reward=1.0)]
+    )
+    assert done.wait(20)
+    assert backend.batches[0].rewards.tolist() == ([0.0, 1.0] if drop_flat else [1.0, 1.0])
+    last = wait_for(lambda: reports and "version" in reports[-1] and reports[-1], what="update")
+    assert last["learner/groups_dropped_total/no_spread"] == (1.0 if drop_flat else 0.0)
+    assert last["learner/dropped_episodes_total"] == (2.0 if drop_flat else 0.0)
+    if drop_flat:
+        assert last["env/calculator/flat_groups_dropped"] == 1.0
+        assert last["env/calculator/flat_groups_succeeded"] == 1.0
+        assert last["rollout/groups_with_spread"] == 1.0
+    else:
+        assert "env/calculator/flat_groups_dropped" not in last
+        assert last["rollout/groups_with_spread"] == 0.0
