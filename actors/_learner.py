@@ -323,6 +323,7 @@ class LearnerActor(pykka.ThreadingActor):
                     self._flat[task] += 1
                     self._flat_succeeded[task] += all(is_success(t) for t in members)
                     self._drop(gid, group, "no_spread")
+                    self._warn_if_only_flat()
                     continue
                 if chosen == self._groups_per_batch:
                     break
@@ -338,6 +339,19 @@ class LearnerActor(pykka.ThreadingActor):
             for t in batch:
                 self._groups.pop(t.group_id, None)
             self._train(batch, used, untrained)
+
+    def _warn_if_only_flat(self) -> None:
+        """Dynamic sampling never trains while no group has spread (a policy that fails, or
+        succeeds, at everything): say so every ``4 * groups_per_batch`` flat groups in a row."""
+        flat = sum(self._flat.values())
+        if flat % (4 * self._groups_per_batch) == 0:
+            self._log.warning(
+                "only groups without reward spread since the last update: nothing to train on",
+                flat_groups=flat,
+                by_task=dict(self._flat),
+                all_success=dict(self._flat_succeeded),
+                version=self._version,
+            )
 
     def _drop(self, gid: str, group: _Group, reason: str) -> None:
         """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""

@@ -179,3 +179,31 @@ def test_dynamic_sampling_drops_a_flat_group_and_trains_the_next_with_spread(
     else:
         assert "env/calculator/flat_groups_dropped" not in last
         assert last["rollout/groups_with_spread"] == 0.0
+
+
+@pytest.mark.parametrize("drop_flat", [True, False])
+def test_the_supervisor_gives_the_learner_the_configured_drop_flat_groups(tmp_path, drop_flat):
+    from types import SimpleNamespace
+
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    raw = smoke_config(tmp_path, "memory://drop-flat", "drop-flat")
+    raw["learner"]["drop_flat_groups"] = drop_flat
+    supervisor = Supervisor(parse_config(raw), roles=("learner",))
+    args = supervisor._learner_args(None, tmp_path, 0, SimpleNamespace(pad_token_id=0))
+    assert args["drop_flat_groups"] is drop_flat
+
+
+def test_dynamic_sampling_says_when_no_group_has_spread(broker, spec, client, tmp_path, capfd):
+    """4 * groups_per_batch (= 4) flat groups in a row, no update: a warning names them."""
+    reports = learner_reports(client, spec)
+    start(broker, spec, tmp_path, clock=Clock(), drop_flat_groups=True)
+    for g in range(4):
+        publish_trajs(client, spec, [trajectory(f"f{g}", i, reward=-0.2) for i in range(2)])
+    wait_for(
+        lambda: reports and reports[-1].get("learner/groups_dropped_total/no_spread") == 4.0,
+        what="four flat drops",
+    )
+    err = capfd.readouterr()
+    assert "nothing to train on" in err.out + err.err
