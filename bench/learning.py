@@ -202,9 +202,10 @@ def reuse_warm_start(
     weights; with its before-RL evaluation when that used the same settings, else None.
 
     The warm start must have been made for the same model and tasks with ``--sft-steps``
-    and ``--sft-lr`` as given now. Its seconds are those of the source's results file when
-    there is one, else the time from the source's config file to its SFT record (the
-    source arm wrote its config, then ran the SFT)."""
+    and ``--sft-lr`` as given now. Its seconds are those of the source's results file
+    (``<results>/<source dir name>.json``) when there is one, else the time from the
+    source's config file to its SFT record less the source's base evaluation (the source
+    arm wrote its config, evaluated the base model with ``--eval-base``, then ran the SFT)."""
     source = Path(source)
     earlier = yaml.safe_load(source.with_suffix(".yaml").read_text())
     for key in ("model", "tasks"):
@@ -220,6 +221,14 @@ def reuse_warm_start(
     for name in ("sft.json", "sft.jsonl"):
         shutil.copy2(source / name, run_dir / name)
     seconds = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
+    base_eval = source / "eval-base.json"  # the source arm evaluated the base model first
+    if base_eval.exists():
+        seconds -= json.loads(base_eval.read_text()).get("seconds", 0.0)
+    made = Path(args.results) / f"{source.name}.json" if args.results else None
+    if made is not None and made.exists():  # the source arm's own measure of its SFT
+        earlier_sft = json.loads(made.read_text()).get("sft", {})
+        if earlier_sft.get("version") == version and "reused_from" not in earlier_sft:
+            seconds = earlier_sft["seconds"]
     sft = {"steps": steps, "seconds": seconds, "version": version, "lr": args.sft_lr}
     sft["reused_from"] = str(source)
     report_path = source / f"eval-v{version:06d}.json"

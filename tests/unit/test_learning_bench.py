@@ -63,6 +63,7 @@ def _source(tmp_path: Path, steps: int = 2) -> Path:
 
 def _args(**overrides) -> argparse.Namespace:
     values = {"sft_steps": 2, "sft_lr": 1e-4, "eval_episodes": 16, "eval_runs": 1, "seed": 0}
+    values["results"] = None
     return argparse.Namespace(**{**values, **overrides})
 
 
@@ -195,3 +196,22 @@ def test_all_arms_share_one_warm_start_and_one_evaluation_of_the_base_model(
         ("no-task-norm", False, first / "eval-base.json", first),
         ("no-cross-policy", False, first / "eval-base.json", first),
     ]
+
+
+def test_the_reused_warm_start_reports_the_source_arms_sft_seconds(learning, tmp_path):
+    """Not the time from its config to its SFT record, which holds its base evaluation too:
+    the source arm's results file when there is one, else that time less eval-base.json's."""
+    source = _source(tmp_path)
+    (source / "eval-base.json").write_text(json.dumps({"seconds": 50.0}))
+    cfg = {**CFG, "rollout": ROLLOUT}
+    run_dir = tmp_path / "runs" / "a"
+    run_dir.mkdir(parents=True)
+    sft, _ = learning.reuse_warm_start(source, run_dir, cfg, _args(results=tmp_path))
+    assert sft["seconds"] == 80.0  # 1130 - 1000 - 50
+    (tmp_path / "learning-full.json").write_text(
+        json.dumps({"sft": {"version": 2, "seconds": 77.5}})
+    )
+    run_dir = tmp_path / "runs" / "b"
+    run_dir.mkdir(parents=True)
+    sft, _ = learning.reuse_warm_start(source, run_dir, cfg, _args(results=tmp_path))
+    assert sft["seconds"] == 77.5
