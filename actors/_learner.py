@@ -61,7 +61,7 @@ from agentrl.trainer import LearnerBackend, build_batch
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
 from ._ledger import DROPPED_FILE, append_lines, read_lines
-from ._metrics import batch_metrics, is_success
+from ._metrics import batch_metrics, has_spread, is_success
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
 log = structlog.get_logger(__name__)
@@ -318,7 +318,7 @@ class LearnerActor(pykka.ThreadingActor):
                 if stale or len(members) < 2:
                     self._drop(gid, group, "stale" if stale else "too_few_members")
                     continue
-                if self._drop_flat and len({t.reward for t in members}) == 1:
+                if self._drop_flat and not has_spread(members):
                     task = members[0].task
                     self._flat[task] += 1
                     self._flat_succeeded[task] += all(is_success(t) for t in members)

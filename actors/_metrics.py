@@ -14,7 +14,7 @@ from agentrl.messages import Trajectory
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["batch_metrics", "is_success", "turn_versions"]
+__all__ = ["batch_metrics", "has_spread", "is_success", "turn_versions"]
 
 
 def is_success(t: Trajectory) -> bool:
@@ -90,6 +90,12 @@ def batch_metrics(batch: list[Trajectory], version: int, wall: float) -> dict[st
     return out
 
 
+def has_spread(group: list[Trajectory]) -> bool:
+    """A GRPO group's rewards differ (max > min): the trajectory-side twin of
+    ``trainer.group_spread``; without spread the group's advantage is exactly 0."""
+    return max(t.reward for t in group) > min(t.reward for t in group)
+
+
 def _signal_metrics(batch: list[Trajectory]) -> dict[str, float]:
     """How much of the batch carries a GRPO learning signal.
 
@@ -102,7 +108,7 @@ def _signal_metrics(batch: list[Trajectory]) -> dict[str, float]:
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in batch:
         groups[t.group_id].append(t)
-    spread = {g: max(t.reward for t in ts) > min(t.reward for t in ts) for g, ts in groups.items()}
+    spread = {g: has_spread(ts) for g, ts in groups.items()}
     tokens = sum(sum(t.loss_mask) for t in batch)
     signal = sum(sum(t.loss_mask) for t in batch if spread[t.group_id])
     out = {
