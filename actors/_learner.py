@@ -322,8 +322,8 @@ class LearnerActor(pykka.ThreadingActor):
                     task = members[0].task
                     self._flat[task] += 1
                     self._flat_succeeded[task] += all(is_success(t) for t in members)
+                    self._warn_if_only_flat()  # before the drop's report, which tests wait on
                     self._drop(gid, group, "no_spread")
-                    self._warn_if_only_flat()
                     continue
                 if chosen == self._groups_per_batch:
                     break
