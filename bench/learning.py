@@ -29,7 +29,8 @@ still on disk under ``--work``) and adds it to their results files.
 
 Each arm writes ``<results>/learning-<arm>.json``: the command line, the arm's config,
 the seeds, per-task pass rate per evaluated learner version, the training success per
-update (metrics.jsonl) and the wall-clock times. ``--report`` reads those files.
+update (metrics.jsonl) and the wall-clock times; and ``<results>/metrics-<arm>.jsonl``, the
+run's metrics.jsonl as it is (every update's metrics). ``--report`` reads those files.
 Evaluation runs in this process through the CLI's own entry point (``agentrl eval``),
 after the supervisor has exited, so it never competes with training for the cores.
 """
@@ -499,6 +500,8 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
     out = args.results / f"learning-{arm}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+    if (run_dir / "metrics.jsonl").exists():  # every update's metrics: the report's signal table
+        shutil.copyfile(run_dir / "metrics.jsonl", args.results / f"metrics-{arm}.jsonl")
     print(f"[{arm}] wrote {out} ({result['wall_seconds']:.0f} s)", flush=True)
     return out
 

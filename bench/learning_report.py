@@ -4,9 +4,11 @@
 
 Table: per task, each arm's test pass rate of the model as shipped (``base``, with
 ``--eval-base``), before RL (after the warm start) and after RL, and the change RL made;
-the last row is the mean over tasks. Plot (``learning.png``): one panel per task and one for the
-mean, test pass rate against learner version, one line per arm (solid: evaluated
-checkpoints; dotted: the training episodes' success per update from metrics.jsonl).
+the last row is the mean over tasks. With the arms' ``metrics-<arm>.jsonl``, a second
+table says where their updates found a signal (``signal_table``). Plot
+(``learning.png``): one panel per task and one for the mean, test pass rate against
+learner version, one line per arm (solid: evaluated checkpoints; dotted: the training
+episodes' success per update from metrics.jsonl).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReportFiles", "load_results", "markdown_table", "write_report"]
+__all__ = ["ReportFiles", "load_results", "markdown_table", "signal_table", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,56 @@ def bfcl_table(arms: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + f"\n\n- BFCL: `{' '.join(note)}` (per checkpoint)\n"
 
 
+def _metrics(results: Path, arm: str) -> list[dict[str, Any]]:
+    """``metrics-<arm>.jsonl`` (the arm's run metrics, one line per update); [] if absent."""
+    path = results / f"metrics-{arm}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def signal_table(results: Path, arms: dict[str, dict[str, Any]]) -> str:
+    """Where the arms' updates found a learning signal, from ``metrics-<arm>.jsonl``: per arm,
+    the GRPO groups trained and how many had reward spread (a flat group's advantage is 0),
+    the flat groups dynamic sampling dropped instead (``learner.drop_flat_groups``), and
+    the learner's seconds per update and idle share; "" when no arm has its metrics."""
+    lines = []
+    for arm, data in arms.items():
+        rows = _metrics(results, arm)
+        if not rows:
+            continue
+        size = data["config"]["rollout"]["group_size"]
+        groups = spread = 0
+        dropped: dict[str, list[int]] = {}  # task -> [flat groups dropped, of them all-success]
+        for row in rows:
+            n = round(row.get("rollout/episodes", 0) / size)
+            groups += n
+            spread += round(row.get("rollout/groups_with_spread", 0.0) * n)
+            for key, value in row.items():
+                if key.startswith("env/") and key.endswith("/flat_groups_dropped"):
+                    task = key[len("env/") : -len("/flat_groups_dropped")]
+                    won = row.get(f"env/{task}/flat_groups_succeeded", 0)
+                    counts = dropped.setdefault(task, [0, 0])
+                    counts[0] += round(value)
+                    counts[1] += round(won)
+        flat = ", ".join(f"{t} {d} ({w} all-success)" for t, (d, w) in sorted(dropped.items()))
+        step = statistics.fmean(r["learner/step_time"] for r in rows if "learner/step_time" in r)
+        idle = [r["learner/idle_ratio"] for r in rows if "learner/idle_ratio" in r]
+        lines.append(
+            f"| {arm} | {len(rows)} | {groups} | {spread} | "
+            f"{sum(d for d, _ in dropped.values())} | {flat or '-'} | {step:.0f} | "
+            f"{statistics.fmean(idle) if idle else float('nan'):.2f} |"
+        )
+    if not lines:
+        return ""
+    head = (
+        "| arm | updates | groups trained | with reward spread | flat groups dropped | "
+        "dropped by task | learner s/update | learner idle |"
+    )
+    align = "|---|---:|---:|---:|---:|---|---:|---:|"
+    return "\n".join([head, align, *lines]) + "\n"
+
+
 def _training_by_task(data: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     """Training success per update, entries of the same task averaged: task -> [(v, s)]."""
     task_of = {
@@ -198,6 +250,9 @@ def write_report(results: Path) -> ReportFiles:
     """Write ``learning.md`` and ``learning.png`` into ``results``."""
     arms = load_results(results)
     table = markdown_table(arms)
+    signal = signal_table(results, arms)
+    if signal:
+        table += "\n" + signal
     bfcl = bfcl_table(arms)
     if bfcl:
         table += "\n" + bfcl

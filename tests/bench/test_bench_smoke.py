@@ -58,6 +58,7 @@ FIGURES = {
         r"\[full\] before \(v1\): \{",
         r"\[full\] RL: \d+ updates in \d+ s \(steps\)",
         r"\| \*\*mean\*\* \| (?:[\d.]+|n/a) \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \|",
+        r"\| full \| \d+ \| \d+ \| \d+ \| \d+ \| .+ \| \d+ \| (?:[\d.]+|nan) \|",  # signal
         r"plot: \d+ bytes",
     ],
 }

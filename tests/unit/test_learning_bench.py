@@ -165,6 +165,32 @@ def test_the_report_reads_the_arms_beside_a_base_evaluation(learning, tmp_path):
     assert list(learning_report.load_results(tmp_path)) == ["full"]
 
 
+def test_the_signal_table_counts_groups_with_spread_and_flat_drops(learning, tmp_path):
+    """From metrics-<arm>.jsonl: groups trained = episodes / group_size per update, with
+    spread = that times rollout/groups_with_spread, flat drops summed per task."""
+    import learning_report
+
+    updates = [
+        {"version": 9, "rollout/episodes": 16, "rollout/groups_with_spread": 0.5,
+         "env/db/flat_groups_dropped": 2, "env/db/flat_groups_succeeded": 2,
+         "env/os/flat_groups_dropped": 1, "env/os/flat_groups_succeeded": 0,
+         "learner/step_time": 300.0, "learner/idle_ratio": 0.1},
+        {"version": 10, "rollout/episodes": 16, "rollout/groups_with_spread": 1.0,
+         "env/alfworld/flat_groups_dropped": 3, "env/alfworld/flat_groups_succeeded": 0,
+         "learner/step_time": 100.0, "learner/idle_ratio": 0.3},
+    ]  # fmt: skip
+    (tmp_path / "metrics-full.jsonl").write_text("".join(json.dumps(u) + "\n" for u in updates))
+    arms = {arm: {"config": {"rollout": {"group_size": 8}}} for arm in ("full", "no-task-norm")}
+    table = learning_report.signal_table(tmp_path, arms)
+    rows = [line for line in table.splitlines() if line.startswith("| full")]
+    assert rows == [
+        "| full | 2 | 4 | 3 | 6 | alfworld 3 (0 all-success), db 2 (2 all-success), "
+        "os 1 (0 all-success) | 200 | 0.20 |"
+    ]
+    assert "no-task-norm" not in table  # no metrics file, no row
+    assert learning_report.signal_table(tmp_path / "none", arms) == ""
+
+
 def test_all_arms_share_one_warm_start_and_one_evaluation_of_the_base_model(
     learning, tmp_path, monkeypatch
 ):
