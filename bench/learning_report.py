@@ -14,12 +14,20 @@ episodes' success per update from metrics.jsonl).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReportFiles", "load_results", "markdown_table", "signal_table", "write_report"]
+__all__ = [
+    "ReportFiles",
+    "load_results",
+    "markdown_table",
+    "mean_standard_error",
+    "signal_table",
+    "write_report",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,14 @@ def markdown_table(arms: dict[str, dict[str, Any]]) -> str:
     notes = []
     for arm, data in arms.items():
         sft = data["sft"]
+        n = data["eval_settings"]["episodes"] * data["eval_settings"]["runs"]
+        errors = [mean_standard_error(data.get(w) or {}, tasks, n) for w in ("before", "after")]
+        se = (
+            f"; binomial standard error of the mean: before ±{errors[0]:.3f}, after "
+            f"±{errors[1]:.3f}"
+            if None not in errors
+            else ""
+        )
         warm = (
             f"warm start {sft['steps']} SFT steps in {sft['seconds']:.0f} s, "
             if sft["steps"]
@@ -91,9 +107,17 @@ def markdown_table(arms: dict[str, dict[str, Any]]) -> str:
             f"base = the model as shipped, before = v{data['before_version']} (after the warm "
             f"start, if any), after = v{data['after_version']}; "
             f"test split, {data['eval_settings']['episodes']} episodes x "
-            f"{data['eval_settings']['runs']} runs per task; seed {data['seeds']['run']}"
+            f"{data['eval_settings']['runs']} runs per task; seed {data['seeds']['run']}{se}"
         )
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def mean_standard_error(rates: dict[str, float], tasks: list[str], n: int) -> float | None:
+    """Binomial standard error of the mean pass rate over ``tasks``, each rate measured on
+    ``n`` episodes: sqrt(sum p(1-p)/n) / len(tasks); None when a task has no rate."""
+    if not tasks or n <= 0 or not all(t in rates for t in tasks):
+        return None
+    return math.sqrt(sum(rates[t] * (1 - rates[t]) / n for t in tasks)) / len(tasks)
 
 
 def bfcl_table(arms: dict[str, dict[str, Any]]) -> str:

@@ -241,3 +241,12 @@ def test_the_reused_warm_start_reports_the_source_arms_sft_seconds(learning, tmp
     run_dir.mkdir(parents=True)
     sft, _ = learning.reuse_warm_start(source, run_dir, cfg, _args(results=tmp_path))
     assert sft["seconds"] == 77.5
+
+
+def test_the_standard_error_of_the_mean_pass_rate(learning):
+    """sqrt(sum p(1-p)/n) / tasks: 0.5 and 0.0 on 32 episodes -> sqrt(0.25/32) / 2."""
+    import learning_report
+
+    se = learning_report.mean_standard_error({"a": 0.5, "b": 0.0}, ["a", "b"], 32)
+    assert se == pytest.approx(0.0441942, abs=1e-7)
+    assert learning_report.mean_standard_error({"a": 0.5}, ["a", "b"], 32) is None
