@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ._batch import TrainBatch, micro_batches
-from ._grpo import token_logprobs
+from ._scoring import logits_at, target_logprobs, trained_positions
 
 __all__ = ["OBJECTIVES", "check_objective", "masked_nll", "sft_gradients"]
 
@@ -64,12 +64,9 @@ def sft_gradients(
         count += 1
         if micro.num_tokens == 0:
             continue
-        logits = model(
-            input_ids=micro.input_ids.to(device),
-            attention_mask=micro.attention_mask.to(device),
-            use_cache=False,
-        ).logits
-        logp = token_logprobs(logits, micro.targets().to(device), 1.0)
+        keep = trained_positions(model, micro, device)  # the LM head where a target is trained
+        logits = logits_at(model, micro, keep, device)
+        logp = target_logprobs(logits, micro, keep, 1.0, device)
         nll = masked_nll(logp, micro.loss_mask.to(device))
         (nll / total).backward()
         nll_sum += nll.detach().item()

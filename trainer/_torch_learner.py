@@ -38,7 +38,7 @@ import structlog
 import torch
 
 from ._batch import TrainBatch, micro_batches
-from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy, token_logprobs
+from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy
 from ._learner_state import (
     load_optimizer_state,
     remove_newer_states,
@@ -47,6 +47,7 @@ from ._learner_state import (
     warmup_lr,
 )
 from ._models import load_causal_lm
+from ._scoring import logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
 
 __all__ = ["LearnerBackend", "TorchLearner", "checkpoint_digest"]
@@ -257,8 +258,9 @@ class TorchLearner:
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
-            logits = self._logits(self.model, micro)
-            logp = self._target_logprobs(logits, micro)
+            keep = trained_positions(self.model, micro, self.device)
+            logits = logits_at(self.model, micro, keep, self.device)
+            logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
             pg, stats = ppo_clip_loss(  # proximal policy = these weights (one step per batch)
@@ -275,7 +277,10 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_logp = self._target_logprobs(self._logits(self.reference, micro), micro)
+                    ref_logits = logits_at(self.reference, micro, keep, self.device)
+                    ref_logp = target_logprobs(
+                        ref_logits, micro, keep, self.temperature, self.device
+                    )
                 kl_sum = (k3_kl(logp, ref_logp) * mask).sum()
                 loss_sum = loss_sum + self.kl_coef * kl_sum
                 sums["kl"] += kl_sum.detach().item()
@@ -288,8 +293,8 @@ class TorchLearner:
                 current = micro.versions.to(self.device) == self.version
                 sums["gap_cur"] += (gap * current).sum().item()
                 sums["n_cur"] += (mask * current).sum().item()
-                entropy = token_entropy(logits.detach(), self.temperature)
-                sums["entropy"] += (entropy * mask).sum().item()
+                entropy = token_entropy(logits.detach(), self.temperature)  # [b, kept]
+                sums["entropy"] += (entropy * mask[:, keep]).sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
             sums["clip"] += float(stats["clip_frac"]) * micro_tokens
             sums["dual"] += float(stats["dual_clip_frac"]) * micro_tokens
@@ -332,21 +337,11 @@ class TorchLearner:
         for start in range(0, batch.num_rows, per_chunk):
             rows = torch.arange(start, min(start + per_chunk, batch.num_rows))
             micro = batch.select(rows)
-            logp = self._target_logprobs(self._logits(self.model, micro), micro)
+            keep = trained_positions(self.model, micro, self.device)
+            logits = logits_at(self.model, micro, keep, self.device)
+            logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             out[rows] = logp.float().cpu() * micro.loss_mask
         return out
-
-    def _target_logprobs(self, logits: torch.Tensor, micro: TrainBatch) -> torch.Tensor:
-        """``[b, l]`` logprobs of the micro-batch's targets from its logits, at temperature T."""
-        return token_logprobs(logits, micro.targets().to(self.device), self.temperature)
-
-    def _logits(self, model: torch.nn.Module, micro: TrainBatch) -> torch.Tensor:
-        """``[b, l, V]`` logits of ``model`` on a micro-batch."""
-        return model(
-            input_ids=micro.input_ids.to(self.device),
-            attention_mask=micro.attention_mask.to(self.device),
-            use_cache=False,
-        ).logits
 
     # --- checkpoints --------------------------------------------------------------
 

@@ -53,6 +53,11 @@ FIGURES = {
         r"ratio endpoint / direct requests/s: [\d.]+",
         r"latency overhead p50: [+-][\d.]+ ms",
     ],
+    "learner_step.py": [
+        r"logits at every position: +[\d.]+ s per update",
+        r"logits at trained positions: +[\d.]+ s per update",
+        r"ratio trained-only / every position: [\d.]+",
+    ],
     "learning.py": [
         r"\[full\] warm start: 1 steps in \d+ s",
         r"\[full\] before \(v1\): \{",

@@ -169,6 +169,40 @@ def test_gradient_checkpointing_gives_the_same_update(model_dir: Path) -> None:
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
 
 
+def test_logits_only_at_trained_positions_give_the_same_update(
+    model_dir: Path, monkeypatch
+) -> None:
+    """The LM head runs where some row has a trained target: positions 1-10 of the 12 here
+    (targets of rows with prompts 5, 3, 4, 2 and lengths 12, 7, 10, 5), and the update, its
+    metrics and the scored logprobs equal those of logits at every position."""
+    from agentrl.trainer import _scoring
+
+    sliced, full = TorchLearner(model_dir), TorchLearner(model_dir)
+    batch = on_policy(full, make_batch())
+    batch = dataclasses.replace(batch, old_logprobs=batch.old_logprobs - 0.1)
+    assert batch.input_ids.shape[1] == 12
+    assert sliced.reference is not None  # the KL reference is scored the same way
+    seen: list[tuple[str, int]] = []
+    hooks = [
+        model.lm_head.register_forward_hook(
+            lambda m, i, o, name=name: seen.append((name, o.shape[1]))
+        )
+        for name, model in (("policy", sliced.model), ("reference", sliced.reference))
+    ]
+    m_sliced = sliced.step(batch)
+    scored_sliced = sliced.logprobs(batch)
+    for hook in hooks:
+        hook.remove()
+    assert seen == [("policy", 10), ("reference", 10), ("policy", 10)]  # step, then scoring
+    monkeypatch.setattr(_scoring, "slices_logits", lambda model: False)
+    m_full = full.step(batch)
+    for key, value in m_full.items():
+        assert m_sliced[key] == pytest.approx(value, abs=1e-6), key
+    for (name, a), b in zip(full.model.named_parameters(), sliced.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    torch.testing.assert_close(scored_sliced, full.logprobs(batch), atol=1e-5, rtol=1e-5)
+
+
 def test_kl_to_reference_starts_at_zero(model_dir: Path) -> None:
     learner = TorchLearner(model_dir, lr=1e-2, kl_coef=0.5)
     batch = on_policy(learner, make_batch())

@@ -1,0 +1,137 @@
+"""Learner step: logits at every position against logits at the trained positions only.
+
+    python bench/learner_step.py [--model smollm2] [--episodes 8] [--tokens 1100] [--trained 0.12]
+    python bench/learner_step.py --smoke    # tiny model, 2 short episodes (CI)
+
+An agent episode is mostly context (system prompt, tool schemas, tool results); the
+learner trains only its assistant tokens. The torch learner computes the LM head and the
+softmax over the vocabulary at the trained positions only (``trainer/_scoring.py``); this
+bench times one GRPO update (``TorchLearner.step``: forward and backward of the policy, the
+KL reference's forward, the AdamW step) both ways on the same synthetic batch:
+``--episodes`` episodes of ``--tokens`` tokens, ``--turns`` assistant turns each making
+``--trained`` of the tokens, as the learning benchmark's runs have them (levels 0+1 with
+dynamic sampling, full arm: episodes of 700-1,600 tokens, 8-15% of them trained). Each way
+gets a fresh learner on the same weights and runs ``--repeats`` updates after one untimed
+warm-up; the median is reported. Both ways score the trained tokens before their first
+update; the sums of those logprobs must agree.
+
+Both ways run in this one process, one after the other, with ``--threads`` torch threads
+(default: the cores). Prints seconds per update of each way and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+
+import torch
+
+from agentrl.messages import Trajectory
+from agentrl.trainer import TorchLearner, _scoring, build_batch, resolve_model
+
+
+def synthetic_batch(episodes: int, tokens: int, turns: int, trained: float, vocab: int):
+    """``episodes`` trajectories of ``tokens`` random ids; each has ``turns`` assistant
+    segments, together ``trained`` of its tokens, each after a stretch of context."""
+    gen = torch.Generator().manual_seed(0)
+    assistant = max(1, round(tokens * trained / turns))
+    context = max(1, (tokens - assistant * turns) // turns)
+    mask = ([0] * context + [1] * assistant) * turns
+    mask = [0] * (tokens - len(mask)) + mask
+    out = []
+    for i in range(episodes):
+        reward = float(i % 2)  # groups of 4 with spread: every episode trains
+        out.append(
+            Trajectory(
+                episode_id=f"e{i}",
+                group_id=f"g{i // 4}",
+                task="bench",
+                index=i // 4,
+                sample_idx=i % 4,
+                group_size=4,
+                issued_version=0,
+                token_ids=torch.randint(1, vocab, (tokens,), generator=gen).tolist(),
+                loss_mask=mask,
+                logprobs=[-2.0 * m for m in mask],
+                versions=[0 if m else -1 for m in mask],
+                pools=["current"],
+                reward=reward,
+                env_reward=reward,
+                status="completed",
+                num_turns=turns,
+                timings={},
+                metrics={},
+            )
+        )
+    return build_batch(out, pad_id=0)
+
+
+def time_updates(model_dir, batch, args, *, sliced: bool) -> tuple[float, float]:
+    """Median seconds per update and the sum of the trained tokens' logprobs, one way."""
+    original = _scoring.slices_logits
+    if not sliced:
+        _scoring.slices_logits = lambda model: False
+    try:
+        learner = TorchLearner(
+            model_dir,
+            micro_batch_tokens=args.micro_batch_tokens,
+            gradient_checkpointing=args.gradient_checkpointing,
+        )
+        scored = learner.logprobs(batch)  # the trained tokens' logprobs: both ways must agree
+        batch = dataclasses.replace(batch, old_logprobs=scored)
+        learner.step(batch)  # warm-up
+        seconds = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            learner.step(batch)
+            seconds.append(time.perf_counter() - t0)
+        return statistics.median(seconds), float(scored.sum())
+    finally:
+        _scoring.slices_logits = original
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=1100)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--trained", type=float, default=0.12, help="share of trained tokens")
+    parser.add_argument("--micro-batch-tokens", type=int, default=2048)
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
+                        default=True, help="as bench/learning*.yaml")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
+    args = parser.parse_args()
+    if args.smoke:
+        args.model, args.episodes, args.tokens, args.repeats = "tiny", 2, 96, 1
+    if not 0 < args.trained < 1:
+        raise SystemExit("--trained must be between 0 and 1")
+    torch.set_num_threads(args.threads)
+    model_dir = resolve_model(args.model)
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(model_dir).vocab_size
+    batch = synthetic_batch(args.episodes, args.tokens, args.turns, args.trained, vocab)
+    print(
+        f"batch: {args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
+        f"trained; {args.threads} threads; gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}",
+        flush=True,
+    )
+    full, logp_full = time_updates(model_dir, batch, args, sliced=False)
+    print(f"logits at every position:      {full:.2f} s per update", flush=True)
+    kept, logp_kept = time_updates(model_dir, batch, args, sliced=True)
+    print(f"logits at trained positions:   {kept:.2f} s per update", flush=True)
+    print(f"ratio trained-only / every position: {kept / full:.3f}")
+    print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
+    if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
+        raise SystemExit("the two ways score the trained tokens differently")
+
+
+if __name__ == "__main__":
+    main()
