@@ -160,11 +160,12 @@ def bfcl_table(arms: dict[str, dict[str, Any]]) -> str:
 
 
 def _metrics(results: Path, arm: str) -> list[dict[str, Any]]:
-    """``metrics-<arm>.jsonl`` (the arm's run metrics, one line per update); [] if absent."""
+    """``metrics-<arm>.jsonl`` (the arm's run metrics, one line per update, read as
+    ``agentrl report`` reads a run's); [] if absent."""
+    from agentrl.ops._report import read_metrics
+
     path = results / f"metrics-{arm}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(path) if path.exists() else []
 
 
 def signal_table(results: Path, arms: dict[str, dict[str, Any]]) -> str:
