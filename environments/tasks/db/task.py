@@ -65,6 +65,7 @@ from agentrl.environments.tasks.db.backend import (
     open_database,
     parse_database_url,
 )
+from agentrl.environments.tasks.db.database import DEFAULT_LIMITS
 from agentrl.environments.tasks.db.items import (
     FULL_LEVEL,
     MUTATIONS,
@@ -76,6 +77,7 @@ from agentrl.environments.tasks.db.items import (
 )
 from agentrl.environments.tasks.db.judge import same_answers, same_table, table_hash
 from agentrl.environments.tasks.db.levels import GENERATED_LEVELS, LEVEL_TURNS, make_level
+from agentrl.environments.tasks.db.shown import render
 from agentrl.environments.tasks.toolkit.episode import (
     after_turn,
     begin_turn,
@@ -197,6 +199,9 @@ class DBTask:
         max_turns: int = 15,
         database: str | None = None,
         statement_timeout: float = 10.0,
+        max_value_bytes: int = DEFAULT_LIMITS["max_value_bytes"],
+        max_db_bytes: int = DEFAULT_LIMITS["max_db_bytes"],
+        max_memory_bytes: int = DEFAULT_LIMITS["max_memory_bytes"],
         split: str = "train",
         seed: int = 0,
         levels: Sequence[int] = (FULL_LEVEL,),
@@ -208,10 +213,15 @@ class DBTask:
             raise ValueError("db: statement_timeout must be > 0")
         if generated < 1:
             raise ValueError("db: generated must be >= 1")
+        limits = {"max_value_bytes": max_value_bytes, "max_db_bytes": max_db_bytes,
+                  "max_memory_bytes": max_memory_bytes}  # fmt: skip
+        for name, value in limits.items():
+            if not isinstance(value, int) or value < 1 << 16:
+                raise ValueError(f"db: {name} must be a whole number of bytes >= 65536")
         self._split = check_split(split, "db")
         self._seed = seed
         self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "db")
-        self._spec = parse_database_url(database, statement_timeout=statement_timeout)
+        self._spec = parse_database_url(database, statement_timeout=statement_timeout, **limits)
         items = load_items(data) if FULL_LEVEL in self._levels else []
         self._items = split_items(items, map(content_key, items), split, seed)
         if FULL_LEVEL in self._levels and not self._items:
@@ -280,7 +290,7 @@ class DBTask:
             return "error: the SQL statement must be a non-empty string"
         session.statements += 1
         try:
-            return _show(session.db.execute(sql))
+            return _show(session.db.execute(sql, max_chars=SHOWN_CHARS))
         except StatementError as exc:
             session.errors += 1
             return f"error: {exc}"
@@ -357,8 +367,9 @@ def _argument(args: dict[str, Any] | None, name: str) -> Any:
 
 
 def _show(rows: list[tuple]) -> str:
-    """Rows as AgentBench shows them: Python's text of the list of row tuples."""
+    """Rows as AgentBench shows them: Python's text of the list of row tuples (no more of
+    it made than is shown, `tasks.db.shown`)."""
     if not rows:
         return NO_ROWS
-    shown = str([tuple(row) for row in rows])
+    shown = render(rows, SHOWN_CHARS)
     return shown[:SHOWN_CHARS] + "[TRUNCATED]" if len(shown) > SHOWN_CHARS else shown
