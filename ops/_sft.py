@@ -195,6 +195,7 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
             seed=cfg.seed,
             threads=cfg.torch_threads or max(1, (os.cpu_count() or 1) // ln.megatron.world),
             objective="sft",
+            device=ln.device,
         )
 
     return megatron_backend if ln.backend == "megatron" else torch_backend

@@ -104,14 +104,16 @@ def torch_engine(
     dtype: str,
     seed: int,
     prefix_cache_tokens: int = 16384,
+    device: str = "cpu",
 ) -> SamplerEngine:
-    """The CPU sampler engine on `weights`, its generations labelled `version`.
+    """The torch sampler engine on `weights` and `device`, its generations labelled `version`.
 
     The signature (after the keywords are bound) is the `make_engine` of
     `Supervisor` and of `evaluate`.
     """
     return TorchEngine(
         weights,
+        device=device,
         max_batch=max_batch,
         dtype=dtype,
         seed=seed,
@@ -239,11 +241,14 @@ class Supervisor:
         if "sampler" in self.roles:
             for pool, pc in cfg.pools.items():
                 pool_weights = resolve_model(pc.model) if pc.model else weights
+                device = pc.device or cfg.learner.device
                 make_engine = self._make_engine or (
-                    self._vllm_engine
+                    functools.partial(self._vllm_engine, device=device)
                     if pc.engine == "vllm"
                     else functools.partial(
-                        self._torch_engine, prefix_cache_tokens=pc.prefix_cache_tokens
+                        self._torch_engine,
+                        prefix_cache_tokens=pc.prefix_cache_tokens,
+                        device=device,
                     )
                 )
                 for i in range(pc.replicas):
@@ -479,26 +484,30 @@ class Supervisor:
             state_every=ln.megatron.state_every,
             keep_states=ln.megatron.keep_states,
             threads=self._torch_threads(),
+            device=ln.device,
         )
         return self._backend
 
     def _torch_engine(
-        self, weights: Path, version: int, max_batch: int, *, prefix_cache_tokens: int
+        self, weights: Path, version: int, max_batch: int, *, prefix_cache_tokens: int, device: str
     ) -> SamplerEngine:
         return torch_engine(
             weights,
             version,
             max_batch,
+            device=device,
             dtype=self.cfg.learner.dtype,
             seed=self.cfg.seed,
             prefix_cache_tokens=prefix_cache_tokens,
         )
 
-    def _vllm_engine(self, weights: Path, version: int, max_batch: int) -> SamplerEngine:
-        ln = self.cfg.learner  # same device type and dtype as the learner (docs/engines.md)
+    def _vllm_engine(
+        self, weights: Path, version: int, max_batch: int, *, device: str
+    ) -> SamplerEngine:
+        ln = self.cfg.learner  # the learner's dtype (docs/engines.md)
         return VLLMEngine(
             weights,
-            device=ln.device,
+            device=device,
             dtype=ln.dtype,
             max_batch=max_batch,
             seed=self.cfg.seed,

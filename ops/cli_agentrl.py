@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         "(--tasks bfcl:simple,bfcl:multi_turn_base --episodes all "
         "--task-episodes bfcl:multi_turn_base=8)",
     )
+    ev.add_argument(
+        "--device",
+        default="cpu",
+        help="where the sampler engine runs: cpu, cuda, cuda:N or auto; default cpu",
+    )
     ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
     rep = sub.add_parser(
         "report",
@@ -245,6 +250,10 @@ def _eval(args: argparse.Namespace) -> int:
     problems += eval_problems(
         tasks, task_episodes=task_episodes, **{k: v for k, v in numbers.items() if k != "seed"}
     )
+    from agentrl.trainer._device import device_problem
+
+    if (device_error := device_problem(args.device)) is not None:
+        problems.append(f"--device: {device_error}")
     if args.out and Path(args.out).suffix == ".json":
         problems.append(f"--out {args.out!r}: the table is markdown; the numbers go to FILE.json")
     if problems:
@@ -260,6 +269,7 @@ def _eval(args: argparse.Namespace) -> int:
             tasks,
             task_episodes=task_episodes,
             on_progress=_progress_printer(),
+            device=args.device,
             **numbers,
         )
     except EvalError as exc:

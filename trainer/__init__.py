@@ -1,6 +1,7 @@
 """agentrl.trainer: GRPO maths, training batches, the torch learner backend, models."""
 
 from ._batch import TrainBatch, build_batch, micro_batches
+from ._device import DeviceUnavailable, resolve_device
 from ._grpo import (
     episode_reward,
     group_advantages,
@@ -15,6 +16,7 @@ from ._models import ModelError, ModelNotFound, load_causal_lm, load_tokenizer, 
 from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
 
 __all__ = [
+    "DeviceUnavailable",
     "LearnerBackend",
     "ModelError",
     "ModelNotFound",
@@ -30,6 +32,7 @@ __all__ = [
     "load_tokenizer",
     "micro_batches",
     "ppo_clip_loss",
+    "resolve_device",
     "resolve_model",
     "task_normalize",
     "token_logprobs",

@@ -38,6 +38,7 @@ import structlog
 import torch
 
 from ._batch import TrainBatch, micro_batches
+from ._device import resolve_device
 from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy
 from ._learner_state import (
     load_optimizer_state,
@@ -180,7 +181,7 @@ class TorchLearner:
         self.keep_states = keep_states
         self.micro_batch_tokens = micro_batch_tokens
         self.objective = check_objective(objective)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)  # every tensor of the update goes here
         self.steps = 0  # optimiser updates done so far
         self.version = version  # policy version of the current weights (+1 per step)
 
@@ -210,7 +211,9 @@ class TorchLearner:
                 self.steps = steps
             elif version > 0:
                 log.warning("no learner state for this version: fresh AdamW", version=version)
-        log.info("learner_loaded", model_dir=str(self.model_dir), device=device, dtype=dtype)
+        log.info(
+            "learner_loaded", model_dir=str(self.model_dir), device=str(self.device), dtype=dtype
+        )
 
     # --- the update -----------------------------------------------------------
 

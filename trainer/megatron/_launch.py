@@ -3,10 +3,11 @@
 Rank 0 runs inside the normal learner actor (it alone talks to the broker).
 The other ranks are ``python -m agentrl.trainer.megatron._worker`` processes
 started here, one per rank, on this node. They join a gloo (CPU) or NCCL
-(GPU) process group over TCP on ``127.0.0.1:<free port>``, build their model
-shard from the same :class:`MegatronSpec` (passed as JSON in the environment)
-and then carry out each :class:`Command` of rank 0, received by a
-torch.distributed broadcast, until ``stop``. All ranks are on one node.
+(GPU: rank r on GPU r, ``rank_device``) process group over TCP on
+``127.0.0.1:<free port>``, build their model shard from the same
+:class:`MegatronSpec` (passed as JSON in the environment) and then carry out
+each :class:`Command` of rank 0, received by a torch.distributed broadcast,
+until ``stop``. All ranks are on one node.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from .._batch import TrainBatch
+from .._device import rank_device
 
 __all__ = [
     "SPEC_ENV",
@@ -88,6 +90,10 @@ class MegatronSpec:
     """States kept on disk (0 keeps all)."""
     threads: int = 0
     """torch intra-op threads per rank; 0 leaves torch's default."""
+    device: str = "cpu"
+    """The learner's device name (``agentrl.trainer._device``): ``cpu`` runs every rank on
+    the CPU over gloo; ``cuda`` (or ``cuda:N``, ``auto`` with a GPU) puts rank r on GPU r
+    of the node (``rank_device``) over NCCL."""
     objective: str = "grpo"
     """``grpo``, or ``sft``: the warm start's NLL (``agentrl.trainer._sft``)."""
     master_port: int = 0
@@ -145,11 +151,16 @@ def spawn_workers(spec: MegatronSpec) -> list[subprocess.Popen]:
     return procs
 
 
-def init_process_group(spec: MegatronSpec, rank: int) -> None:
-    """Join the learner's process group as ``rank`` (gloo on CPU, NCCL with CUDA)."""
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+def init_process_group(spec: MegatronSpec, rank: int) -> torch.device:
+    """Join the learner's process group as ``rank``; return the rank's device.
+
+    gloo on the CPU; NCCL on CUDA, with the rank's GPU made current first.
+    """
+    device = rank_device(spec.device, rank)
+    backend = "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        backend = "nccl"
     dist.init_process_group(
         backend,
         init_method=f"tcp://127.0.0.1:{spec.master_port}",
@@ -157,6 +168,7 @@ def init_process_group(spec: MegatronSpec, rank: int) -> None:
         world_size=spec.world,
         timeout=TIMEOUT,
     )
+    return device
 
 
 def check_workers(procs: list[subprocess.Popen]) -> None:

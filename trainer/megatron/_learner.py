@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from .._batch import TrainBatch
+from .._device import rank_device, resolve_device
 from .._learner_state import updates_done, warmup_lr
 from .._sft import check_objective
 from .._torch_learner import DIGEST_FILE, TOKENIZER_FILES, checkpoint_digest
@@ -127,11 +128,12 @@ class RankTrainer:
         self.version = spec.version
         self.steps = 0
         torch.manual_seed(spec.seed)
-        init_parallel(spec.tp, spec.pp, seed=spec.seed)
+        self.device = rank_device(spec.device, dist.get_rank())
+        init_parallel(spec.tp, spec.pp, seed=spec.seed, device=str(self.device))
         self.hf_config = AutoConfig.from_pretrained(self.model_dir)
         dtype = _DTYPES[spec.dtype]
         hf_state = read_hf_state(self.model_dir)
-        self.model = build_gpt_model(self.hf_config, dtype=dtype)
+        self.model = build_gpt_model(self.hf_config, dtype=dtype, device=self.device)
         load_hf_into(self.model, hf_state, self.hf_config)
         self.model.train()
         _recompute_core_attention(self.model)
@@ -139,7 +141,7 @@ class RankTrainer:
         if spec.kl_coef > 0 and spec.objective == "grpo":  # the SFT loss has no KL term
             if spec.reference_dir is not None and Path(spec.reference_dir) != self.model_dir:
                 hf_state = read_hf_state(Path(spec.reference_dir))
-            reference = build_gpt_model(self.hf_config, dtype=dtype)
+            reference = build_gpt_model(self.hf_config, dtype=dtype, device=self.device)
             load_hf_into(reference, hf_state, self.hf_config)
             reference.eval().requires_grad_(False)
         del hf_state
@@ -285,7 +287,10 @@ class MegatronLearner:
         keep_states: int = 2,
         threads: int = 0,
         objective: str = "grpo",
+        device: str = "cpu",
     ) -> None:
+        """``device``: ``cpu`` (gloo) or ``cuda``/``cuda:N``/``auto`` (rank r on GPU r, NCCL);
+        weights, reference and AdamW state live there (`MegatronSpec.device`)."""
         if min(tp, pp, dp) < 1 or state_every < 1:
             raise ValueError(
                 f"tp, pp, dp, state_every must be >= 1 (got {tp}, {pp}, {dp}, {state_every})"
@@ -297,6 +302,7 @@ class MegatronLearner:
         if dist.is_initialized():
             raise RuntimeError("a torch.distributed process group already exists in this process")
         check_layout(model_dir, tp, pp)
+        resolve_device(device)  # a device this node lacks is refused before any worker starts
         self.spec = MegatronSpec(
             model_dir=str(model_dir),
             tp=tp,
@@ -323,6 +329,7 @@ class MegatronLearner:
             keep_states=keep_states,
             threads=threads,
             objective=check_objective(objective),
+            device=device,
             master_port=free_port(),
         )
         self._procs: list[subprocess.Popen] = spawn_workers(self.spec)
@@ -342,6 +349,7 @@ class MegatronLearner:
             tp=tp,
             pp=pp,
             dp=dp,
+            device=str(self._rank.device),
             version=version,
             workers=[p.pid for p in self._procs],
         )

@@ -38,10 +38,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def init_parallel(tp: int = 1, pp: int = 1, *, seed: int = 0) -> None:
+def init_parallel(tp: int = 1, pp: int = 1, *, seed: int = 0, device: str = "auto") -> None:
     """Initialise torch.distributed (if needed), Megatron's model-parallel groups and RNG.
 
-    The backend is gloo on CPU (after :func:`ensure_cpu_compat`) and nccl on GPU.
+    ``device``: the learner's device name; ``auto`` (the default) is CUDA when
+    torch sees a GPU. The backend is gloo on CPU (after :func:`ensure_cpu_compat`)
+    and nccl on GPU.
     Under torchrun (``RANK``/``WORLD_SIZE`` set) the env:// rendezvous is used;
     otherwise a single process group of size 1 on a free local port. The data
     parallel size is what remains: ``world_size / (tp * pp)``. The RNG tracker is
@@ -51,8 +53,11 @@ def init_parallel(tp: int = 1, pp: int = 1, *, seed: int = 0) -> None:
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    cuda = torch.cuda.is_available()
-    ensure_cpu_compat()
+    from .._device import resolve_device
+
+    cuda = resolve_device(device).type == "cuda"
+    if not cuda:
+        ensure_cpu_compat()
     if not torch.distributed.is_initialized():
         backend = "nccl" if cuda else "gloo"
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -150,13 +155,16 @@ def _check_supported(hf_config: Any) -> None:
         raise UnsupportedModelError("unsupported HF config: " + "; ".join(problems))
 
 
-def transformer_config(hf_config: Any, *, dtype: torch.dtype = torch.float32):
+def transformer_config(
+    hf_config: Any, *, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+):
     """Megatron ``TransformerConfig`` equivalent to an HF Llama/Qwen2/Mistral config.
 
     RMSNorm, SwiGLU (``gated_linear_unit`` + silu), RoPE, GQA
     (``num_query_groups``), no linear biases except Qwen2's q/k/v bias
     (``add_qkv_bias``), dropout 0, unfused kernels, softmax in float32.
-    TP/PP sizes come from the initialised ``parallel_state``. Raises
+    TP/PP sizes come from the initialised ``parallel_state``. Parameters are
+    initialised on ``device`` when it is a GPU, else on the CPU. Raises
     :class:`UnsupportedModelError` for what the mapping does not reproduce.
     """
     from megatron.core import parallel_state
@@ -187,7 +195,7 @@ def transformer_config(hf_config: Any, *, dtype: torch.dtype = torch.float32):
         fp16=dtype == torch.float16,
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
-        use_cpu_initialization=not torch.cuda.is_available(),
+        use_cpu_initialization=device is None or device.type != "cuda",
         bias_activation_fusion=False,
         masked_softmax_fusion=False,
         persist_layer_norm=False,
@@ -204,9 +212,15 @@ def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
 
 
 def build_gpt_model(
-    hf_config: Any, *, dtype: torch.dtype = torch.float32, parallel_output: bool = True
+    hf_config: Any,
+    *,
+    dtype: torch.dtype = torch.float32,
+    parallel_output: bool = True,
+    device: torch.device | None = None,
 ):
-    """A randomly initialised ``GPTModel`` shard for this rank's pipeline stage.
+    """A randomly initialised ``GPTModel`` shard for this rank's pipeline stage, on ``device``
+    (default the CPU): every parameter and buffer, the norms that megatron-core's local
+    spec builds on the CPU included.
 
     Local (non-Transformer-Engine) layer spec; ``pre_process``/``post_process``
     from the current pipeline stage; embeddings tied as in ``tie_word_embeddings``.
@@ -220,7 +234,7 @@ def build_gpt_model(
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    config = transformer_config(hf_config, dtype=dtype)
+    config = transformer_config(hf_config, dtype=dtype, device=device)
     pp = parallel_state.get_pipeline_model_parallel_world_size()
     if config.num_layers % pp:
         raise UnsupportedModelError(
@@ -240,7 +254,7 @@ def build_gpt_model(
         rotary_percent=1.0,
         **rope_settings(hf_config),
     )
-    return model.to(dtype)
+    return model.to(device=device or "cpu", dtype=dtype)
 
 
 def mask_padded_logits(logits: torch.Tensor, vocab_size: int, *, parallel_output: bool = True):

@@ -1,4 +1,4 @@
-"""The CPU sampler engine: batched token generation over a Hugging Face causal LM.
+"""The torch sampler engine (CPU or CUDA): batched token generation over a Hugging Face causal LM.
 
 `TorchEngine` runs one background thread that owns the model. `submit` queues a
 request and returns a future; the thread admits queued requests into the running
@@ -36,6 +36,7 @@ import structlog
 import torch
 
 from agentrl.trainer import load_causal_lm
+from agentrl.trainer._device import resolve_device
 
 from ..base import (
     EngineError,
@@ -64,7 +65,7 @@ class _Staged:
 
 
 class TorchEngine(QueuedEngine):
-    """A continuously batching generation engine over an HF causal LM (CPU by default)."""
+    """A continuously batching generation engine over an HF causal LM (CPU by default, or CUDA)."""
 
     _request_type = _Row
 
@@ -82,15 +83,17 @@ class TorchEngine(QueuedEngine):
     ) -> None:
         """Load ``model_dir`` and start the engine thread.
 
-        ``prefix_cache_tokens`` bounds the positions of finished sequences kept for
-        prefix reuse (0 turns it off). ``executor`` is ``"auto"`` (the slot executor
-        when the model supports it), ``"slot"`` or ``"hf"``.
+        ``device``: a device name (``cpu``, ``cuda``, ``cuda:N``, ``auto``;
+        ``agentrl.trainer._device``), resolved once here: the model, its KV cache
+        and the logits live there. ``prefix_cache_tokens`` bounds the positions of
+        finished sequences kept for prefix reuse (0 turns it off). ``executor`` is
+        ``"auto"`` (the slot executor when the model supports it), ``"slot"`` or ``"hf"``.
         """
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if executor not in ("auto", "slot", "hf"):
             raise ValueError(f"executor must be auto, slot or hf, got {executor!r}")
-        self._device = torch.device(device)
+        self._device = resolve_device(device)
         self._dtype = getattr(torch, dtype)
         self._max_batch = max_batch
         self._seeds = torch.Generator().manual_seed(seed)  # per-row seeds when none given
@@ -110,7 +113,7 @@ class TorchEngine(QueuedEngine):
         log.info(
             "engine started",
             model=str(model_dir),
-            device=device,
+            device=str(self._device),
             dtype=dtype,
             max_batch=max_batch,
             executor=type(self._exec).__name__,
@@ -129,6 +132,11 @@ class TorchEngine(QueuedEngine):
         shapes = {k: tuple(v.shape) for k, v in state.items()}
         check_fits(shapes, self._shapes, self._tied, model_dir)
         return self._stage(_Staged(state=state, version=version, future=Future()))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model, its KV cache and the logits live (resolved at construction)."""
+        return self._device
 
     def stats(self) -> dict[str, int]:
         """Counters: prompt positions computed and reused (prefix reuse), saved prefixes."""
@@ -227,7 +235,9 @@ class TorchEngine(QueuedEngine):
                 if row.seed is not None
                 else int(torch.randint(2**62, (), generator=self._seeds))
             )
-            row.generator = torch.Generator(device=self._device).manual_seed(seed)
+            # On the CPU whatever the engine's device: one uniform per row and step is
+            # drawn from it (`sample_tokens`), so a seed draws the same tokens everywhere.
+            row.generator = torch.Generator().manual_seed(seed)
         self._sample(self._exec.admit(rows), rows)
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> None:

