@@ -38,7 +38,7 @@ import torch
 from agentrl.actors import TorchEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.messages import ChatMessage
-from agentrl.trainer import load_causal_lm, load_tokenizer, resolve_model
+from agentrl.trainer import load_causal_lm, load_tokenizer, resolve_device, resolve_model
 
 OBSERVATION = ChatMessage(role="tool", content='{"result": 42}', name="calculate")
 
@@ -47,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--turns", type=int, default=3)
@@ -64,7 +65,10 @@ def main() -> None:
     if args.side is not None:
         print(json.dumps(_measure(args)))
         return
-    print(f"model={args.model} dtype={args.dtype} requests={args.requests} threads={args.threads}")
+    print(
+        f"model={args.model} dtype={args.dtype} device={args.device} requests={args.requests} "
+        f"threads={args.threads}"
+    )
     results = {side: _child(side) for side in ("hf", "engine")}
     hf, eng = results["hf"], results["engine"]
     if "single" in hf:
@@ -93,11 +97,14 @@ def _measure(args) -> dict:
     out: dict = {}
     if args.side == "hf":
         model = load_causal_lm(model_dir, dtype=getattr(torch, args.dtype)).eval()
-        ids = tok("hello there", return_tensors="pt")
+        model.to(resolve_device(args.device))
+        ids = tok("hello there", return_tensors="pt").to(model.device)
         with torch.inference_mode():
             model.generate(**ids, max_new_tokens=4, do_sample=False)  # warm-up
     else:
-        engine = TorchEngine(model_dir, dtype=args.dtype, max_batch=args.requests, seed=0)
+        engine = TorchEngine(
+            model_dir, device=args.device, dtype=args.dtype, max_batch=args.requests, seed=0
+        )
         _submit(engine, [1, 2, 3], 4).result()  # warm-up
     try:
         if args.workload in ("single", "both"):
@@ -164,8 +171,8 @@ def _hf_generate(model, tok, prompts: list[list[int]], new_tokens: int) -> list[
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     with torch.inference_mode():
         out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
+            input_ids=ids.to(model.device),
+            attention_mask=mask.to(model.device),
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
             do_sample=True,

@@ -233,3 +233,42 @@ def _write_tiny(out: Path) -> None:
     )
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
+
+
+RANDOM_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+"""What `write_random_model` reads from its source directory (the weights are not read)."""
+
+
+def write_random_model(
+    source: str | Path, out: str | Path, *, seed: int = 0, num_hidden_layers: int | None = None
+) -> Path:
+    """A randomly initialised model of ``source``'s architecture and tokenizer, in ``out``.
+
+    Reads only ``source``'s config and tokenizer files (`RANDOM_MODEL_FILES`), so the
+    config and tokenizer of a model (a few MB) stand for its shape where its weights
+    cannot travel (a GPU machine without network). ``num_hidden_layers`` overrides the
+    depth (a shallower model of the same width). The same arguments give the same weights.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, out = Path(source), Path(out)
+    config = AutoConfig.from_pretrained(source)
+    if num_hidden_layers is not None:
+        config.num_hidden_layers = num_hidden_layers
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    for name in RANDOM_MODEL_FILES[1:]:
+        if (source / name).is_file():
+            shutil.copy2(source / name, out / name)
+    return out

@@ -53,6 +53,14 @@ FIGURES = {
         r"ratio endpoint / direct requests/s: [\d.]+",
         r"latency overhead p50: [+-][\d.]+ ms",
     ],
+    "gpu.py": [
+        r"device: cpu \(CPU, \d+ cores\); torch ",
+        r"sampler float32 4 requests, single turn: HF generate \d+ tok/s .* TorchEngine \d+ tok/s",
+        r"sampler bfloat16 4 requests, agent episodes: HF generate \d+ tok/s",
+        r"learner torch float32 2x96: [\d.]+ s per update, peak ",
+        r"learner torch bfloat16 4x96: [\d.]+ s per update, peak ",
+        r"learner megatron float32 2x96: [\d.]+ s per update, peak ",
+    ],
     "learner_step.py": [
         r"logits at every position: +[\d.]+ s per update",
         r"logits at trained positions: +[\d.]+ s per update",

@@ -1,0 +1,91 @@
+"""The learners on the device: the torch learner's update against the same update on the
+CPU, and the Megatron learner's update against the torch learner's on the device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.trainer import TorchLearner
+
+from .helpers import hf_weights, relative_difference, synthetic_batch
+
+HYPER = dict(lr=1e-4, kl_coef=0.05, temperature=0.8, warmup_steps=0, is_cap=2.0)
+"""KL on (the reference's forward runs), truncated importance weights."""
+
+METRICS = ("learner/loss", "learner/pg_loss", "learner/kl", "learner/entropy", "learner/grad_norm")
+
+UPDATE_TOLERANCE = 0.02
+"""Largest ||W_a - W_b|| / ||W_a - W_0|| between two learners' updates of the same weights on
+the same batches. AdamW's first steps move each weight by about lr * sign(grad), so a
+gradient entry near 0 whose sign differs in the last bits between two kernels moves its
+weight the other way: the updates agree in direction and size, not bit for bit."""
+
+METRIC_TOLERANCE = 1e-3
+"""Largest relative difference of a loss metric between two learners (float32)."""
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-4)  # KL at the first step is ~0 on both
+
+
+def _updates(learner, batches, out):
+    metrics = [learner.step(b) for b in batches]
+    learner.save(out)
+    return metrics
+
+
+def test_the_torch_learner_updates_on_the_device_as_on_the_cpu(
+    device, model_dir, tokenizer, tmp_path, report
+):
+    batches = [synthetic_batch(len(tokenizer), seed=s) for s in (1, 2)]
+    on_device = TorchLearner(model_dir, device=device, **HYPER)
+    assert next(on_device.model.parameters()).device.type == torch.device(device).type
+    assert next(on_device.reference.parameters()).device.type == torch.device(device).type
+    got = _updates(on_device, batches, tmp_path / "device")
+    state = on_device.optimizer.state[next(iter(on_device.model.parameters()))]
+    assert state["exp_avg"].device.type == torch.device(device).type  # AdamW state there too
+    del on_device
+    want = _updates(TorchLearner(model_dir, device="cpu", **HYPER), batches, tmp_path / "cpu")
+
+    base = hf_weights(model_dir)
+    diff = relative_difference(hf_weights(tmp_path / "cpu"), hf_weights(tmp_path / "device"), base)
+    worst = max(_rel(w[k], g[k]) for w, g in zip(want, got, strict=True) for k in METRICS)
+    report(update_rel_diff_vs_cpu=diff, metric_rel_diff_vs_cpu=worst)
+    assert diff < UPDATE_TOLERANCE and worst < METRIC_TOLERANCE, (diff, worst, want, got)
+
+
+def test_the_megatron_learner_updates_on_the_device_as_the_torch_learner(
+    device, model_dir, tokenizer, tmp_path, report
+):
+    pytest.importorskip("megatron.core", reason="megatron-core not installed")
+    from agentrl.trainer.megatron import MegatronLearner
+
+    batches = [synthetic_batch(len(tokenizer), seed=s) for s in (1, 2)]
+    torch_learner = TorchLearner(model_dir, device=device, micro_batch_tokens=640, **HYPER)
+    want = _updates(torch_learner, batches, tmp_path / "torch")
+    del torch_learner
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+    learner = MegatronLearner(model_dir, device=device, micro_batch_tokens=640, **HYPER)
+    try:
+        rank = learner._trainer()
+        assert next(rank.model.parameters()).device.type == torch.device(device).type
+        assert rank.update.reference is not None
+        assert next(rank.update.reference.parameters()).device.type == rank.device.type
+        got = _updates(learner, batches, tmp_path / "megatron")
+        moments = rank.optimizer.state[next(iter(rank.model.parameters()))]["exp_avg"]
+        assert moments.device.type == torch.device(device).type
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+    finally:
+        learner.close()
+
+    base = hf_weights(model_dir)
+    diff = relative_difference(
+        hf_weights(tmp_path / "torch"), hf_weights(tmp_path / "megatron"), base
+    )
+    worst = max(_rel(w[k], g[k]) for w, g in zip(want, got, strict=True) for k in METRICS)
+    report(update_rel_diff_vs_torch=diff, metric_rel_diff_vs_torch=worst, megatron_peak_gib=peak)
+    assert diff < UPDATE_TOLERANCE and worst < METRIC_TOLERANCE, (diff, worst, want, got)
