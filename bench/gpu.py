@@ -6,9 +6,10 @@
 Prints what it ran on (device, torch, CUDA), then:
 
 1. **Sampler**: `bench/sampler_throughput.py` on the same device, model and dtype, once
-   per ``--requests`` value: TorchEngine against `transformers` `generate` on the same
-   prompts, every generation forced to full length, single-turn and agent-episode
-   workloads (that script's docstring says how each side runs).
+   per ``--requests`` value in float32, and in bfloat16 at the largest: TorchEngine
+   against `transformers` `generate` on the same prompts, every generation forced to
+   full length, single-turn and agent-episode workloads (that script's docstring says
+   how each side runs).
 2. **Learner**: seconds per GRPO update of `TorchLearner` (policy forward and backward,
    the KL reference's forward, AdamW) in float32 and in bfloat16 (weights, AdamW state
    and compute in bfloat16) at two batch sizes (``--batches``: EPISODESxTOKENS, 12% of
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--requests", default="16,64", help="sampler concurrency values")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--batches", default="8x1100,64x2048", help="learner batch sizes")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--skip", default="", help="comma list of: sampler, learner, megatron")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU (CI)")
@@ -68,9 +69,10 @@ def main() -> None:
         model_dir = _model(args, Path(tmp))
         _header(device, model_dir)
         if "sampler" not in skip:
-            for requests in args.requests.split(","):
-                for dtype in ("float32", "bfloat16"):
-                    _sampler(args, device, model_dir, int(requests), dtype)
+            counts = [int(r) for r in args.requests.split(",")]
+            for requests in counts:  # bfloat16 at the largest concurrency only
+                for dtype in ("float32", "bfloat16") if requests == max(counts) else ("float32",):
+                    _sampler(args, device, model_dir, requests, dtype)
         batches = [tuple(map(int, b.split("x"))) for b in args.batches.split(",")]
         if "learner" not in skip:
             for episodes, tokens in batches:

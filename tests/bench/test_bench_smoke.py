@@ -56,7 +56,7 @@ FIGURES = {
     "gpu.py": [
         r"device: cpu \(CPU, \d+ cores\); torch ",
         r"sampler float32 4 requests, single turn: HF generate \d+ tok/s .* TorchEngine \d+ tok/s",
-        r"sampler bfloat16 4 requests, agent episodes: HF generate \d+ tok/s",
+        r"sampler bfloat16 4 requests, agent episodes: HF generate \d+ tok/s",  # the largest
         r"learner torch float32 2x96: [\d.]+ s per update, peak ",
         r"learner torch bfloat16 4x96: [\d.]+ s per update, peak ",
         r"learner megatron float32 2x96: [\d.]+ s per update, peak ",
