@@ -167,7 +167,7 @@ class SQLiteDatabase:
             return f"{text}: a value or statement may be at most {spec.max_value_bytes} bytes"
         if text == "database or disk is full":
             return f"{text}: the database may hold at most {spec.max_db_bytes >> 20} MiB"
-        if text == "not authorized" or text.startswith("too many attached"):
+        if text in ("not authorized", "authorization denied") or text.startswith("too many att"):
             return (f"{text}: only the session's own tables may be read and changed "
                     "(no ATTACH, PRAGMA, VACUUM INTO, extensions)")  # fmt: skip
         return text

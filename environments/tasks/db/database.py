@@ -31,7 +31,7 @@ DATABASE_PREFIX = "agentrl_"
 
 
 DEFAULT_LIMITS = {"max_value_bytes": 1 << 20, "max_db_bytes": 64 << 20,
-                  "max_memory_bytes": 512 << 20}  # fmt: skip
+                  "max_memory_bytes": 256 << 20}  # fmt: skip
 """The task's byte limits by default (`DatabaseSpec`)."""
 
 
