@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentrl.environments.tasks.os.sandbox import Limits, Sandbox
 
-SMALL = Limits(memory_mb=128, pids=64)
+SMALL = Limits(memory_mb=128, pids=64, disk_mb=64)
 Opener = Callable[[], Sandbox]
 
 _CONNECT = (

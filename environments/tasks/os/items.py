@@ -60,6 +60,13 @@ class Script:
             return ["python3", "-c", self.code, *args]
         return ["bash", "-c", self.code, "--", *args]
 
+    def judge_argv(self, *args: str) -> list[str]:
+        """`argv` for a judge: the interpreter by absolute path, Python isolated (no
+        ``PYTHON*`` variables, user site or working directory on its path)."""
+        if self.language == "python":
+            return ["/usr/bin/python3", "-I", "-c", self.code, *args]
+        return ["/usr/bin/bash", "-c", self.code, "--", *args]
+
     def as_bash(self) -> str:
         """The script as one bash command line (for a ``bash_action``)."""
         if self.language == "python":

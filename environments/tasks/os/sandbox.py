@@ -40,6 +40,7 @@ from agentrl.environments._protocol import InfraError
 __all__ = [
     "BACKENDS",
     "DEFAULT_IMAGE",
+    "JUDGE_PATH",
     "Limits",
     "RunResult",
     "Sandbox",
@@ -56,6 +57,9 @@ BACKENDS = ("bwrap", "docker")
 DEFAULT_IMAGE = "agentrl/os-sandbox"
 TIMEOUT_CODES = (124, 137)
 """Exit codes of ``timeout`` when it had to stop the command (TERM, then KILL)."""
+JUDGE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"
+"""A judge's ``PATH``: the system's programs first; the agent's ``/usr/local`` only for
+names nothing else has (a command the task asked it to write)."""
 _GRACE = 30.0
 """Seconds past a command's own limit before the backend call itself is abandoned."""
 
@@ -76,6 +80,17 @@ class Limits:
     """At most this much of a command's output is returned."""
     file_mb: int = 256
     """Largest file a command may write (also bounds its captured output)."""
+    disk_mb: int = 256
+    """Everything the session writes together (files, the changes to ``/usr``), in MiB.
+    On bwrap the files live in memory (a tmpfs): the session's cgroup then allows
+    ``memory_mb + disk_mb`` for its processes and files together."""
+    cpus: float = 1.0
+    """CPU time of the whole session, in cores."""
+
+    @property
+    def inodes(self) -> int:
+        """Files the session may hold: one per 8 KiB of its disk quota."""
+        return self.disk_mb * 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +118,12 @@ class Sandbox(Protocol):
 
     def start_background(self, script: str) -> None:
         """Start a bash script detached; it runs until it ends or the sandbox closes."""
+        ...
+
+    def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
+        """Run a judge's program on the session's files: ``argv[0]`` an absolute path,
+        found with every program it runs where the agent cannot have changed them
+        (`JUDGE_PATH`), with nothing of the agent's environment; same limits as `exec`."""
         ...
 
     def close(self) -> None:

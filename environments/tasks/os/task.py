@@ -34,9 +34,10 @@ Judging, as AgentBench does it:
   bool}`` (equal) or ``{"regex": ...}`` (found in the answer). ``finish`` gives
   no answer, which matches nothing.
 - ``check``: a list of scripts run in turn in the session's sandbox, after the
-  model's actions. Each gets as arguments the answer (``str(answer)``: the
-  thought after ``finish_action``, ``"None"`` without one) and the output of
-  every script before it; a null
+  model's actions, as judges (`Sandbox.judge`: the interpreter by absolute path, a
+  fixed ``PATH``, programs and libraries the agent cannot have changed). Each gets
+  as arguments the answer (``str(answer)``: the thought after ``finish_action``,
+  ``"None"`` without one) and the output of every script before it; a null
   entry means "run the example here" (its output is typically the expected
   answer, compared by the next script). Success when every script exits 0.
 
@@ -62,7 +63,8 @@ else bwrap), ``image`` (default ``agentrl/os-sandbox``), ``images`` (item image
 name -> local image; AgentBench's names ``default``, ``packages``, ``ubuntu``
 unmapped run in ``image``), ``max_turns`` (8), ``timeout`` (10 s per command),
 ``init_timeout`` and ``check_timeout`` (60 s), ``output_chars`` (800),
-``memory_mb`` (512), ``pids`` (256), ``split`` (``train``, ``test``, ``all``; the
+``memory_mb`` (512), ``pids`` (256), ``disk_mb`` (256), ``cpus`` (1.0; the limits:
+`agentrl.environments.tasks.os.sandbox.Limits`), ``split`` (``train``, ``test``, ``all``; the
 items by a hash of their description and checks, `tasks.toolkit.split`) and ``seed``.
 
 ``levels`` (default ``[2]``, the data set only) mixes in the generated levels of
@@ -170,6 +172,8 @@ class OSTask:
         output_chars: int = 800,
         memory_mb: int = 512,
         pids: int = 256,
+        disk_mb: int = 256,
+        cpus: float = 1.0,
         split: str = "train",
         seed: int = 0,
         levels: Sequence[int] = (FULL_LEVEL,),
@@ -179,6 +183,8 @@ class OSTask:
             raise ValueError(
                 "os: max_turns >= 1, timeout > 0, output_chars >= 40 and generated >= 1 required"
             )
+        if memory_mb < 32 or pids < 8 or disk_mb < 8 or cpus <= 0:
+            raise ValueError("os: memory_mb >= 32, pids >= 8, disk_mb >= 8 and cpus > 0 required")
         if sandbox is not None and sandbox not in BACKENDS:
             raise ValueError(f"os: sandbox must be one of {', '.join(BACKENDS)}, got {sandbox!r}")
         self._split = check_split(split, "os")
@@ -197,7 +203,7 @@ class OSTask:
         self._init_timeout = float(init_timeout)
         self._check_timeout = float(check_timeout)
         self._output_chars = output_chars
-        self._limits = Limits(memory_mb=memory_mb, pids=pids)
+        self._limits = Limits(memory_mb=memory_mb, pids=pids, disk_mb=disk_mb, cpus=cpus)
         self._lock = threading.Lock()
         self._last_output: dict[int, str] = {}
 
@@ -324,7 +330,18 @@ class OSTask:
         if result.timed_out:
             session.timeouts += 1
         killed = self._timeout if result.timed_out else None
-        return observation(result.output, self._output_chars, killed)
+        return observation(result.output, self._output_chars, killed, self._notes(result.output))
+
+    def _notes(self, output: str) -> list[str]:
+        """A line per sandbox limit a command's output shows it hit."""
+        notes = []
+        if "No space left on device" in output or "Disk quota exceeded" in output:
+            notes.append(f"the session's disk quota of {self._limits.disk_mb} MB is full")
+        if "Resource temporarily unavailable" in output or "retry: fork" in output:
+            notes.append(f"the session's limit of {self._limits.pids} processes was reached")
+        if "File too large" in output:
+            notes.append(f"a file may hold at most {self._limits.file_mb} MB")
+        return notes
 
     def _judge(self, session: _Session, answer: str | None = None) -> bool:
         item = session.item
@@ -342,7 +359,8 @@ class OSTask:
                 return False
             script = script if script is not None else item.example
             assert script is not None  # load_items refuses a null check without an example
-            result = session.sandbox.exec(script.argv(*params), self._check_timeout)
+            # by absolute path, in the judge's view: nothing the agent wrote runs here
+            result = session.sandbox.judge(script.judge_argv(*params), self._check_timeout)
             if result.timed_out:
                 log.warning("os check script timed out", item=session.index, script=number)
             if result.exit_code != 0:

@@ -7,6 +7,8 @@ truncation mark and the bad-call texts are AgentBench's (``os_interaction/task.p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentrl.environments._toolcalls import function_tool
 
 __all__ = [
@@ -83,13 +85,18 @@ TOOLS: list[dict] = [
 """AgentBench's three tools (``configs/tasks/os.yaml``), in its order and words."""
 
 
-def observation(output: str, limit: int, killed_after: float | None = None) -> str:
-    """The model's view of a command's output (AgentBench's wording and truncation)."""
+def observation(
+    output: str, limit: int, killed_after: float | None = None, notes: Sequence[str] = ()
+) -> str:
+    """The model's view of a command's output (AgentBench's wording and truncation), then
+    a line per sandbox limit the command hit (``notes``)."""
     if len(output) > limit:
         output = output[: max(limit - 20, 0)] + TRUNCATED
     text = f"The output of the OS:\n\n{output}" if output else "The output of the OS is empty."
     if killed_after is not None:
         text += f"\n[the command was killed: it ran over the {killed_after:g} s time limit]"
+    for note in notes:
+        text += f"\n[{note}]"
     return text
 
 
