@@ -52,6 +52,16 @@ if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$want" ]; then
     say "wrote $CONF"
 fi
 
+# 2b. Ids for containers' user namespaces (the os sandbox asks podman for `auto`: root in
+#     a container is an unprivileged id on the host): a range for podman's `containers`
+#     user, away from the bwrap sandbox's (uid 1000000000 and up).
+for ids in /etc/subuid /etc/subgid; do
+    if ! grep -q '^containers:' "$ids" 2>/dev/null; then
+        echo "containers:2000000000:100000000" >>"$ids"
+        say "added a containers range to $ids"
+    fi
+done
+
 # 3. The API service: reuse one that answers, else start it in the background.
 answers() { curl -fsS --max-time 3 --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; }
 if ! answers; then

@@ -3,8 +3,20 @@
 One container per session, from image ``agentrl/os-sandbox`` by default (built
 from ``environments/containers/os-sandbox.Dockerfile`` by
 ``ops/containers/build-images.sh``), started with ``network_mode="none"``, a
-memory limit (swap included), a process limit, the working directory ``/root``,
-and the labels ``agentrl.sandbox=os`` and ``agentrl.session=<label>``. Its main
+memory limit (swap included), a process limit, a CPU quota (``cpus``), a disk quota
+(``disk_mb``, the engine's ``storage_opt size``: only where the engine supports it,
+e.g. overlay over xfs with pquota; otherwise a warning is logged and writes are bounded
+per file only), the working directory ``/root``, and the labels
+``agentrl.sandbox=os`` and ``agentrl.session=<label>``. On podman the container has
+its own user namespace (``auto``: root inside is an unprivileged id outside);
+``/proc/sys`` is read-only in a container by default.
+
+A judge (`judge`) runs its interpreter by absolute path with a clean environment and
+`JUDGE_PATH`: shadowing through ``PATH``, ``BASH_ENV``/``ENV``, shell start-up files
+or Python's user site does not reach it. The container's ``/usr`` and ``/etc`` are the
+agent's to write, though: an agent that replaces ``/usr/bin/bash`` or a library, or
+writes ``/etc/ld.so.preload``, still runs code in the judge. The bwrap backend judges
+in a view of the host's programs; this one does not (yet). Its main
 process only waits; commands run with ``exec`` inside `WRAPPER` (time limit,
 output cap), so background processes live on between commands. ``close``
 removes the container by force; a container whose setup fails is removed
@@ -16,6 +28,7 @@ The engine is ``docker.from_env()``: ``DOCKER_HOST`` selects the socket (podman'
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -26,6 +39,7 @@ import structlog
 
 from agentrl.environments.tasks.os.sandbox import (
     DEFAULT_IMAGE,
+    JUDGE_PATH,
     Limits,
     RunResult,
     SandboxError,
@@ -40,6 +54,9 @@ __all__ = ["SESSION_LABEL", "DockerSandbox"]
 log = structlog.get_logger(__name__)
 
 SESSION_LABEL = "agentrl.session"
+_USERNS_SIZE = 65536
+"""Ids of a container's user namespace (podman's ``auto``: from the ``containers`` entry
+of /etc/subuid and /etc/subgid, which ops/containers/setup-podman.sh writes)."""
 _WAIT = ["bash", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
 
 
@@ -55,22 +72,10 @@ class DockerSandbox:
             self._client = docker.from_env(timeout=60)
         except docker.errors.DockerException as exc:
             raise SandboxError(f"docker sandbox: no engine answers: {exc}") from exc
-        memory = f"{limits.memory_mb}m"
         try:
             # create, then start: `run` would pull a missing image, and a container whose
             # start fails would be left behind with no handle to remove it by.
-            self._container = self._client.containers.create(
-                image,
-                command=_WAIT,
-                detach=True,
-                network_mode="none",
-                mem_limit=memory,
-                memswap_limit=memory,
-                pids_limit=limits.pids,
-                hostname="sandbox",
-                working_dir="/root",
-                labels={"agentrl.sandbox": "os", SESSION_LABEL: label},
-            )
+            self._container = self._create(image, label)
             self._container.start()
         except docker.errors.ImageNotFound as exc:
             self.close()
@@ -79,7 +84,35 @@ class DockerSandbox:
             ) from exc
         except (docker.errors.DockerException, OSError) as exc:
             self.close()
-            raise SandboxError(f"docker sandbox: cannot start {image!r}: {exc}") from exc
+            hint = ""
+            if "available IDs" in str(exc):
+                hint = " (/etc/subuid and /etc/subgid need a 'containers' range: setup-podman.sh)"
+            raise SandboxError(f"docker sandbox: cannot start {image!r}: {exc}{hint}") from exc
+
+    def _create(self, image: str, label: str):
+        """The session's container, with every limit this engine can apply."""
+        memory = f"{self._limits.memory_mb}m"
+        quota = {"size": f"{self._limits.disk_mb}m"} if _quota_works(self._client) else None
+        host_config = self._client.api.create_host_config(
+            network_mode="none",
+            mem_limit=memory,
+            memswap_limit=memory,
+            pids_limit=self._limits.pids,
+            nano_cpus=int(self._limits.cpus * 1e9),
+            storage_opt=quota,
+        )
+        if _is_podman(self._client):  # root inside is an unprivileged id outside
+            host_config["UsernsMode"] = f"auto:size={_USERNS_SIZE}"
+        created = self._client.api.create_container(
+            image,
+            command=_WAIT,
+            detach=True,
+            hostname="sandbox",
+            working_dir="/root",
+            labels={"agentrl.sandbox": "os", SESSION_LABEL: label},
+            host_config=host_config,
+        )
+        return self._client.containers.get(created["Id"])
 
     @property
     def container_id(self) -> str:
@@ -96,6 +129,15 @@ class DockerSandbox:
 
     def start_background(self, script: str) -> None:
         self._exec(background_command(script), 30.0)
+
+    def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
+        """``argv`` with nothing of the agent's environment and `JUDGE_PATH`. The container's
+        own ``/usr`` is the agent's to write: see the module doc."""
+        clean = ["/usr/bin/env", "-i", f"PATH={JUDGE_PATH}", "HOME=/root", "LANG=C.UTF-8"]
+        command = clean + wrapped_command(argv, timeout, self._limits)
+        began = time.monotonic()
+        code, out = self._exec(command, call_deadline(timeout))
+        return result_of(code, out, time.monotonic() - began, timeout)
 
     def _exec(self, command: list[str], deadline: float) -> tuple[int, bytes]:
         """Run ``command`` in the container from a helper thread, waiting ``deadline`` s."""
@@ -135,3 +177,33 @@ class DockerSandbox:
             raise SandboxError(f"docker sandbox: cannot remove its container: {exc}") from exc
         finally:
             self._client.close()
+
+
+@functools.cache
+def _engine(client_url: str) -> tuple[bool, bool]:
+    """(podman?, per-container disk quota?) of the engine at ``client_url``, asked once."""
+    client = docker.from_env(timeout=30)
+    try:
+        version = client.version()
+        podman = any("podman" in c.get("Name", "").lower() for c in version.get("Components", []))
+        info = client.info()
+    finally:
+        client.close()
+    driver = info.get("Driver", "")
+    backing = dict(info.get("DriverStatus") or [])
+    quota = driver != "overlay" or "xfs" in backing.get("Backing Filesystem", "").lower()
+    if not quota:
+        log.warning(
+            "the docker sandbox has no disk quota on this engine (overlay over xfs with pquota "
+            "needed): a session's writes are bounded per file only",
+            backing=backing.get("Backing Filesystem", "?"),
+        )
+    return podman, quota
+
+
+def _is_podman(client) -> bool:
+    return _engine(client.api.base_url)[0]
+
+
+def _quota_works(client) -> bool:
+    return _engine(client.api.base_url)[1]
