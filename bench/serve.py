@@ -91,7 +91,9 @@ def endpoint(args, tmp: Path) -> tuple[float, list[float]]:
             if not thread.is_alive():
                 raise SystemExit("the endpoint did not start")
             time.sleep(0.05)
-        client = openai.OpenAI(base_url=supervisor.server.url, api_key="unused", max_retries=0)
+        client = openai.OpenAI(
+            base_url=supervisor.server.url, api_key=supervisor.server.api_key, max_retries=0
+        )
         messages = [{"role": "user", "content": QUESTION}]
 
         def one() -> None:

@@ -2,6 +2,7 @@
 
     agentrl-supervisor start --config examples/serve.yaml \
         --roles sampler,learner,serve --max-steps 4
+    export AGENTRL_API_KEY=$(cat runs/serve/serve/api_key)   # the generated key
     python examples/openai_agent.py --base-url http://127.0.0.1:8000/v1 --episodes 64
 
 Each episode: open it (``POST /episodes``: the task's opening messages and tools), then
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import os
 import threading
 
 import openai
@@ -41,12 +43,20 @@ def play(client: openai.OpenAI, task: str, max_turns: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("AGENTRL_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+        help="the endpoint's key (default $AGENTRL_API_KEY, else $OPENAI_API_KEY; without "
+        "serve.api_key the run keeps a generated one in runs/<run>/serve/api_key)",
+    )
     parser.add_argument("--task", default="calculator")
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=8)
     args = parser.parse_args()
-    client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=2)
+    if not args.api_key:
+        parser.error("no API key: pass --api-key or set AGENTRL_API_KEY")
+    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=2)
     rewards: list[float] = []
     lock = threading.Lock()
 

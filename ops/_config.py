@@ -235,6 +235,14 @@ class ServeConfig:
     episode_timeout: float = 600.0
     """Seconds an open served episode may go without a call before it is ended as
     abandoned (an untrained member of its group)."""
+    api_key: str | None = None
+    """The key every request must send (``Authorization: Bearer <key>``); ``@PATH`` reads
+    it from a file. None: ``$AGENTRL_API_KEY``, else a generated key kept in
+    ``<run dir>/serve/api_key`` (docs/serve.md)."""
+    max_body_bytes: int = 4 << 20
+    """The largest request body read; a larger one is refused (413) before it is parsed."""
+    max_concurrent: int = 64
+    """Requests handled at once; one more is refused (429, with Retry-After)."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +354,14 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append(f"serve.port: {cfg.serve.port} is not a port")
     if not cfg.serve.episode_timeout > 0:
         problems.append("serve.episode_timeout: must be > 0")
+    if cfg.serve.api_key is not None and not cfg.serve.api_key.strip(" @"):
+        problems.append(
+            "serve.api_key: empty (leave it out for $AGENTRL_API_KEY or a generated key)"
+        )
+    if cfg.serve.max_body_bytes < 1024:
+        problems.append("serve.max_body_bytes: must be >= 1024")
+    if cfg.serve.max_concurrent < 1:
+        problems.append("serve.max_concurrent: must be >= 1")
     if cfg.torch_threads < 0:
         problems.append("torch_threads: must be >= 0 (0 = automatic)")
     usable = set(range(os.cpu_count() or 1))  # not this process's mask: a pinned role reads this

@@ -344,10 +344,20 @@ class Supervisor:
                         )
                     )
         if "serve" in self.roles:  # imported here: FastAPI and uvicorn only where it runs
-            from .serve import ServeServer, ServeService
+            from .serve import KEY_FILE, ServeServer, ServeService, resolve_api_key
 
+            key, source = resolve_api_key(cfg.serve.api_key, cfg.run_dir)
             service = ServeService(cfg, tokenizer, version=version, node=self.node)
-            self.server = ServeServer(service, cfg.serve.host, cfg.serve.port)
+            self.server = ServeServer(
+                service,
+                cfg.serve.host,
+                cfg.serve.port,
+                api_key=key,
+                max_body_bytes=cfg.serve.max_body_bytes,
+                max_concurrent=cfg.serve.max_concurrent,
+            )
+            where = str(cfg.run_dir / KEY_FILE) if source == "generated" else None
+            log.info("endpoint API key", source=source, file=where)
         self._progress = Progress(
             status,
             Topology(cfg.run),

@@ -3,12 +3,23 @@
 An agent written with any OpenAI client calls ``/v1/chat/completions`` on the run's
 samplers; its calls inside an episode (``/v1/episodes``) become trajectories with the exact
 token ids, logprobs and versions that were sampled, trained like agentrl's own episodes.
-``app`` (the HTTP API), ``episodes`` (token layout, segments, groups), ``service`` (the
-broker side), ``server`` (uvicorn). See docs/serve.md.
+``app`` (the HTTP API), ``guard`` (API key, body and concurrency limits), ``episodes``
+(token layout, segments, groups), ``service`` (the broker side), ``server`` (uvicorn).
+See docs/serve.md.
 """
 
 from .episodes import EpisodeBook, EpisodeError
+from .guard import API_KEY_ENV, KEY_FILE, Guard, resolve_api_key
 from .server import ServeServer
 from .service import ServeService
 
-__all__ = ["EpisodeBook", "EpisodeError", "ServeServer", "ServeService"]
+__all__ = [
+    "API_KEY_ENV",
+    "KEY_FILE",
+    "EpisodeBook",
+    "EpisodeError",
+    "Guard",
+    "ServeServer",
+    "ServeService",
+    "resolve_api_key",
+]

@@ -18,8 +18,9 @@ assistant turn (or ``message``): ``messages``, ``status``, ``reward``, ``finish`
 episode ends when ``finish`` is true. ``POST /v1/episodes/{id}/end`` ``{"reward",
 "status"?}``: end an episode the agent judges itself. Both ends publish the trajectory.
 
-Errors are OpenAI's shape, ``{"error": {"message", "type", "code"}}``: 400 for a malformed
-request (the message names the field), 404 for an unknown episode, 409 for one that ended.
+Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a
+malformed request (the message names the field), 404 for an unknown episode, 409 for one
+that ended; 401, 413 and 429 come from `guard.Guard` before a request gets here.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl.environments import ChatTemplateError, EnvError
 from agentrl.environments._chat import message_dict
 from agentrl.messages import ChatMessage, ToolCall
 
 from .episodes import EpisodeError
-from .service import ServeService
+from .guard import error_body
 
 __all__ = ["EPISODE_HEADER", "make_app"]
 
@@ -100,9 +102,7 @@ class EpisodeEnd(BaseModel):
 
 def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse(
-        status_code=status, content={"error": {"message": message, "type": kind, "code": code}}
-    )
+    return JSONResponse(status_code=status, content=error_body(message, kind, code))
 
 
 def _text(content: str | list[dict[str, Any]] | None) -> str:
@@ -141,7 +141,8 @@ def from_chat(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def make_app(service: ServeService) -> FastAPI:
+def make_app(service) -> FastAPI:
+    """The routes over ``service`` (a `ServeService`, or a fake with its attributes)."""
     app = FastAPI(title="agentrl", docs_url=None, redoc_url=None)
 
     @app.exception_handler(RequestValidationError)
@@ -150,6 +151,11 @@ def make_app(service: ServeService) -> FastAPI:
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
         )
         return _error(400, f"malformed request: {problems}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (an unreadable body, an unknown route) in OpenAI's shape
+        return _error(exc.status_code, str(exc.detail), "invalid_request")
 
     @app.exception_handler(EpisodeError)
     async def _episode(_request: Request, exc: EpisodeError) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""uvicorn serving the endpoint's app in a thread of the process that holds the `serve` role."""
+"""uvicorn serving the endpoint's app, behind its `Guard` (API key, body and concurrency
+limits), in a thread of the process that holds the `serve` role."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import structlog
 import uvicorn
 
 from .app import make_app
-from .service import ServeService
+from .guard import Guard
 
 log = structlog.get_logger(__name__)
 
@@ -17,12 +18,29 @@ __all__ = ["ServeServer"]
 
 
 class ServeServer:
-    """`make_app(service)` on uvicorn at ``host:port`` (port 0: a free one, see ``port``)."""
+    """`make_app(service)` behind a `Guard` on uvicorn at ``host:port`` (port 0: a free
+    one, see ``port``). ``service``: a `ServeService`, or a fake with its attributes."""
 
-    def __init__(self, service: ServeService, host: str, port: int) -> None:
+    def __init__(
+        self,
+        service,
+        host: str,
+        port: int,
+        *,
+        api_key: str,
+        max_body_bytes: int,
+        max_concurrent: int,
+    ) -> None:
         self.service = service
+        self.api_key = api_key
+        self.guard = Guard(
+            make_app(service),
+            api_key=api_key,
+            max_body_bytes=max_body_bytes,
+            max_concurrent=max_concurrent,
+        )
         config = uvicorn.Config(
-            make_app(service), host=host, port=port, log_level="warning", lifespan="off"
+            self.guard, host=host, port=port, log_level="warning", lifespan="off"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="serve-http", daemon=True)

@@ -65,7 +65,9 @@ def _serve_run(tmp: Path, make_engine=None):
         delivery.ack()
 
     reader.consume(Topology(cfg.run).trajectories, take, prefetch=64)
-    client = openai.OpenAI(base_url=supervisor.server.url, api_key="unused", max_retries=0)
+    client = openai.OpenAI(
+        base_url=supervisor.server.url, api_key=supervisor.server.api_key, max_retries=0
+    )
 
     def trajectory_of(episode: str, timeout: float = 20.0) -> Trajectory:
         with got:

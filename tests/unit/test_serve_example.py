@@ -57,6 +57,7 @@ def test_the_example_agent_trains_the_run_for_two_updates(tmp_path):
         time.sleep(0.05)
     agent = subprocess.Popen(
         [sys.executable, str(EXAMPLES / "openai_agent.py"), "--base-url", supervisor.server.url,
+         "--api-key", supervisor.server.api_key,
          "--episodes", "200", "--concurrency", "4", "--max-turns", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -96,7 +97,14 @@ def test_agentrl_serve_starts_the_endpoint_and_stops_on_sigterm(tmp_path):
                 url = found.group(1)
                 break
         assert url, "no 'endpoint serving' line"
-        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        # no key configured: one was generated, kept in the run directory for the owner only
+        key_file = tmp_path / raw["run"] / "serve" / "api_key"
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        anyone = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            anyone.models.list()
+        key = key_file.read_text().strip()
+        client = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
         assert [m.id for m in client.models.list().data] == ["tiny"]
         episode = client.post("/episodes", body={"task": "calculator"}, cast_to=object)
         assert episode["tools"][0]["function"]["name"] == "calculate"
