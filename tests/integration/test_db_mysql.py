@@ -64,7 +64,8 @@ def test_the_agentbench_sample_runs_on_the_server(server):
     assert oracle.success_rate == 1.0, oracle.format()
     randomly = check("db", env, "random", seed=3)
     assert randomly.success_rate < 0.2, randomly.format()
-    assert session_databases(server) == before  # every session's database was dropped
+    # every session's database was dropped (and a dead worker's left before, swept)
+    assert session_databases(server) <= before
 
 
 def test_the_built_in_set_runs_on_the_server(server):

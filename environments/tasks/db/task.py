@@ -35,6 +35,11 @@ a commit -> ``task_limit_reached``, reward 0. An item whose table cannot be
 built or whose gold SQL does not run raises `ItemError` when it is started (a
 data problem, reported by ``agentrl-env check``).
 
+Limits (`tasks.db.backend`; docs/tasks.md): ``statement_timeout`` (seconds a statement
+may run, its rows read included, on either backend, whatever the session sets),
+``max_value_bytes``, ``max_db_bytes``, ``max_memory_bytes`` (SQLite); hitting one is an
+error observation.
+
 Options: ``data=PATH`` reads a dbbench JSONL file (the full AgentBench
 ``dev.jsonl`` works; default the built-in ``data/db_builtin.jsonl``); ``split``
 (``train``, ``test`` or ``all``) and ``seed`` choose the items by a hash of
