@@ -26,7 +26,8 @@ device, and so on. The layers themselves are plain torch and run on CPU over glo
 4. **Grad clipping.** ``clip_grad_by_total_norm_fp32`` asserts grads are
    ``torch.cuda.FloatTensor``; the replacement scales CPU float32 grads in place.
 
-The patches apply only when ``torch.cuda.is_available()`` is false, and once.
+The patches apply once per process, for a learner on the CPU (`init_parallel` with
+a CPU device); a CUDA learner runs megatron-core unpatched.
 """
 
 from __future__ import annotations
@@ -196,7 +197,10 @@ def _patch_clip_grads() -> None:
 
 
 def ensure_cpu_compat() -> None:
-    """Make megatron-core 0.16 run on CPU (gloo); idempotent, a no-op when CUDA is available.
+    """Make megatron-core 0.16 run on CPU (gloo); idempotent.
+
+    `init_parallel` calls it for a learner on the CPU only (also on a machine with
+    GPUs); a CUDA learner runs megatron-core as it is.
 
     Patches, in this module only, the CUDA-only paths listed in the module docstring:
     module-scoped ``torch`` in ``_CUDA_MODULES`` (device="cuda" allocations,
@@ -204,8 +208,6 @@ def ensure_cpu_compat() -> None:
     get/set, the tied-embedding sync across pipeline stages and grad clipping.
     """
     global _APPLIED
-    if torch.cuda.is_available():
-        return
     with _LOCK:
         if _APPLIED:
             return
