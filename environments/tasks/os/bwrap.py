@@ -205,6 +205,8 @@ class BwrapSandbox:
             self._cgroups.release(group)
         if proc.returncode == 125 and not out:
             raise SandboxError(f"bwrap sandbox: cannot join its cgroup: {err.decode()[:200]}")
+        if proc.returncode != 0 and not out:  # it did not start: say why (a process limit...)
+            out = err[-2000:]
         if self._closed:
             raise SandboxError("bwrap sandbox closed during a command")
         return proc.returncode, out, elapsed

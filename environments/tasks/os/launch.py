@@ -193,7 +193,7 @@ def main(argv: list[str]) -> int:
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     command = config["command"]
-    os.execvp(command[0], command)
+    os.execvpe(command[0], command, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     return 126  # not reached
 
 

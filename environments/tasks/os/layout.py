@@ -137,14 +137,21 @@ def _judge_argv() -> list[str]:
     return argv
 
 
+_HOST_PROC = ("sys", "sysrq-trigger", "pressure", "irq", "bus", "fs", "driver", "acpi", "scsi")
+"""What of ``/proc`` is the host's rather than the session's processes': read-only."""
 _INIT = (
-    # /proc/sys read-only in both views (the user namespace already keeps the host's
-    # settings out of reach; the namespaced ones are frozen too), then a capless wait.
-    f"for p in /proc/sys {JUDGE_ROOT}/proc/sys; do "
+    # read-only in both views (the user namespace already keeps the host's settings out
+    # of reach; the namespaced ones are frozen too), then a wait without capabilities.
+    "for p in "
+    + " ".join(f"/proc/{p} {JUDGE_ROOT}/proc/{p}" for p in _HOST_PROC)
+    + "; do [ -e $p ] || continue; "
     "mount --bind $p $p && mount -o remount,bind,ro,nosuid,nodev,noexec $p || exit 1; done; "
     "touch /run/.agentrl-ready; "
     "exec setpriv --inh-caps=-all --bounding-set=-all sleep infinity"
 )
+OUTPUT_MB = 8
+"""Size of ``/run/agentrl`` (commands' output files, the agent's shell state): a tmpfs of
+its own, so a full disk quota does not swallow the observation saying so."""
 
 
 def bwrap_argv(info_fd: int) -> list[str]:
@@ -157,6 +164,7 @@ def bwrap_argv(info_fd: int) -> list[str]:
     argv += ["--bind", f"{disk}/etc", "/etc"]
     for sub in WRITABLE:
         argv += ["--bind", f"{disk}/{sub}", f"/{sub}"]
+    argv += ["--size", str(OUTPUT_MB << 20), "--tmpfs", "/run/agentrl"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += _judge_argv()
     argv += ["--chdir", "/root", "--clearenv", "--setenv", "PATH", PATH]
