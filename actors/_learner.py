@@ -120,6 +120,7 @@ class LearnerActor(pykka.ThreadingActor):
         sweep_interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         task_normalize: bool = True,
+        task_center: bool = False,
         max_token_lag: int | None = None,
         first_version: int = 0,
         ledger_dir: Path | None = None,
@@ -143,6 +144,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._prefetch = prefetch
         self._pad_id = pad_id
         self._task_normalize = task_normalize  # build_batch's (learner.task_normalize)
+        self._task_center = task_center  # build_batch's (learner.task_center)
         self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
         self._drop_flat = drop_flat_groups
         self._flat: Counter[str] = Counter()  # per task, flat groups dropped since the update
@@ -399,6 +401,7 @@ class LearnerActor(pykka.ThreadingActor):
             batch,
             pad_id=self._pad_id,
             task_normalize=self._task_normalize,
+            task_center=self._task_center,
             version=self._version,
             max_token_lag=self._max_token_lag,
         )

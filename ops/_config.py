@@ -200,8 +200,13 @@ class LearnerConfig:
     """k3 KL coefficient to a frozen reference (the run's initial model, held in memory
     beside the policy); 0 disables the reference model."""
     task_normalize: bool = True
-    """Task advantage normalisation over the groups with reward spread; false: the loss
-    gets the GRPO group advantages as they are (ablation)."""
+    """Task advantage normalisation over the groups with reward spread: each task's token
+    advantages divided by their RMS, every sign kept; false: the loss gets the GRPO group
+    advantages as they are (ablation)."""
+    task_center: bool = False
+    """With task_normalize: re-centre each task as the AgentRL paper does, (A - mean_task) /
+    std_task. With more than two reward levels this flips near-zero advantages
+    (completed-but-wrong episodes reinforced: docs/internals.md "The method")."""
     drop_flat_groups: bool = False
     """Dynamic sampling (DAPO): a complete group whose rewards are all equal (advantage
     exactly 0) is dropped, acked and replaced, not trained (`learner/groups_dropped_total/

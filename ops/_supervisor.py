@@ -409,6 +409,7 @@ class Supervisor:
             hard_staleness=cfg.staleness.hard,
             max_token_lag=cfg.staleness.max_token_lag,
             task_normalize=ln.task_normalize,
+            task_center=ln.task_center,
             drop_flat_groups=ln.drop_flat_groups,
             group_timeout=cfg.staleness.group_timeout,
             prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),

@@ -97,6 +97,7 @@ def build_batch(
     pad_id: int,
     *,
     task_normalize: bool = True,
+    task_center: bool = False,
     version: int | None = None,
     max_token_lag: int | None = None,
 ) -> TrainBatch:
@@ -114,7 +115,8 @@ def build_batch(
        exactly 0 in a group whose rewards are all equal.
     3. A is broadcast to every masked (sampled assistant) target token.
     4. With ``task_normalize`` (``learner.task_normalize``, the default):
-       ``task_normalize`` over the tokens of the batch's rows whose group has
+       ``task_normalize`` (scaled per task, every sign kept; re-centred with
+       ``task_center``, ``learner.task_center``) over the tokens of the batch's rows whose group has
        reward spread, so the loss sees Ã directly (normalisation happens before
        the update, never after). Without it the loss gets the group advantages
        as they are.
@@ -177,7 +179,9 @@ def build_batch(
     token_adv = episode_adv[:, None] * loss_mask  # [B, L]
     if task_normalize:
         spread = group_spread(rewards, group_index)  # [B]
-        advantages = normalize_per_task(token_adv, loss_mask, task_index, spread)  # [B, L]
+        advantages = normalize_per_task(  # [B, L]
+            token_adv, loss_mask, task_index, spread, center=task_center
+        )
     else:
         advantages = token_adv
 

@@ -10,8 +10,9 @@ The order of operations is the one of DESIGN.md "The method":
 2. ``group_advantages`` A = (R - mean_group) / (std_group + eps); exactly 0 in a
    group whose rewards are all equal (``group_spread`` False)
 3. broadcast A to the assistant tokens (``build_batch``)
-4. ``task_normalize``  Ã = (A - mean_task) / (std_task + eps) over the tokens of
-   groups with spread, before the update (``learner.task_normalize``)
+4. ``task_normalize``  Ã = A / (rms_task + eps) over the tokens of groups with
+   spread, before the update (``learner.task_normalize``; every sign kept), or the
+   paper's re-centred (A - mean_task) / (std_task + eps) (``learner.task_center``)
 5. ``ppo_clip_loss``: decoupled PPO on Ã with the truncated importance weight
    to the rollout (behaviour) logprobs, plus ``k3_kl``
 6. ``token_mean`` over every masked token of the batch
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "EPS",
+    "KL_CLAMP",
     "LOG_RATIO_CLAMP",
     "LOSS_SUMS",
     "episode_reward",
@@ -42,6 +44,12 @@ EPS = 1e-6
 
 LOG_RATIO_CLAMP = 20.0
 """Every log-ratio is clamped to [-20, 20] before ``exp`` (e^20 ~ 5e8: no inf, no nan)."""
+
+KL_CLAMP = 10.0
+"""Each token's k3 KL value is clamped to [-10, 10] (verl's ``kl_penalty``, "low_var_kl"):
+a token far from the reference (k3 > 10, δ = ref - logp above ~2.5 nats) adds 10 to the
+KL and no gradient, instead of a gradient of e^δ - 1 (327x a typical policy-gradient
+token's at δ = 15)."""
 
 LOSS_SUMS = (
     "pg",
@@ -136,31 +144,51 @@ def group_advantages(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.
 
 
 def task_normalize(
-    adv: torch.Tensor, mask: torch.Tensor, task_index: torch.Tensor, has_spread: torch.Tensor
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    task_index: torch.Tensor,
+    has_spread: torch.Tensor,
+    *,
+    center: bool = False,
 ) -> torch.Tensor:
     """Task advantage normalisation across the batch (AgentRL), over groups with spread.
 
-        Ã_t = (A_t - mean_task) / (std_task + 1e-6)   on rows whose group has spread
+    Default, a per-task scale that keeps every sign:
+
+        Ã_t = A_t / (rms_task + 1e-6)                 on rows whose group has spread
         Ã_t = 0                                       on rows of flat groups
 
-    where mean_task and std_task are the mean and sample standard deviation over
-    the masked tokens of the rows of that task whose group has spread
-    (``has_spread``, from ``group_spread``). It keeps one task whose episodes
-    are long (many tokens) or whose rewards are wide from dominating the update.
+    With ``center`` (the AgentRL paper's form, ``learner.task_center``):
+
+        Ã_t = (A_t - mean_task) / (std_task + 1e-6)
+
+    where rms_task = sqrt(mean(A²)), mean_task and std_task (sample) are over the
+    masked tokens of the rows of that task whose group has spread (``has_spread``,
+    from ``group_spread``). Either keeps one task whose episodes are long (many
+    tokens) or whose rewards are wide from dominating the update.
+
+    Why the scale is the default: re-centring moves zero. With more than two reward
+    levels (1 solved, 0 completed but wrong, the penalty for a turn limit) a group's
+    near-zero advantages change sign whenever the task's token mean is not 0, which
+    it rarely is since episode lengths differ: rewards [1, 0, 0, -0.2 x 5] with 30, 40,
+    40 and 5 x 300 tokens give A = [2.415, 0, 0, -0.483 x 5] and, re-centred,
+    Ã = [+7.00, +1.01, +1.01, -0.19 x 5] (test_grpo): completed-but-wrong episodes
+    reinforced. Dividing by the RMS gives [+4.23, 0, 0, -0.85 x 5]: the same
+    directions, the task at unit scale.
 
     Flat groups (all rewards equal) carry no signal and stay out of the
-    statistics: counted in, their zeros would shift mean_task, so an all-fail
-    group whose episodes are longer than the successes would get Ã > 0 on
-    every token (failures reinforced), and a task with no mixed group at all
-    would have its float residue scaled up to ~±1. A task with no row of a
-    spread group gives all zeros; unmasked positions stay 0. A task with a
-    single such token has std 0 and A = mean, so its advantage becomes 0.
+    statistics: counted in, their zeros would shift mean_task (centred) or
+    shrink rms_task, and a task with no mixed group at all would have its float
+    residue scaled up to ~±1. A task with no row of a spread group gives all
+    zeros; unmasked positions stay 0. Centred, a task with a single such token
+    has std 0 and A = mean, so its advantage becomes 0.
 
     Args:
         adv: ``[B, L]`` token advantages.
         mask: ``[B, L]`` 1 where the token trains.
         task_index: ``[B]`` long, the task of each row.
         has_spread: ``[B]`` bool, the row's GRPO group has reward spread.
+        center: subtract the task's mean first (the paper's form; can flip signs).
 
     Returns:
         ``[B, L]`` normalised advantages, 0 where ``mask == 0`` or on flat-group rows.
@@ -182,9 +210,12 @@ def task_normalize(
         values = adv[sel]
         if values.numel() == 0:
             continue
-        mu = values.mean()
-        sigma = values.std() if values.numel() > 1 else values.new_zeros(())
-        out[sel] = (values - mu) / (sigma + EPS)
+        if center:
+            mu = values.mean()
+            sigma = values.std() if values.numel() > 1 else values.new_zeros(())
+            out[sel] = (values - mu) / (sigma + EPS)
+        else:
+            out[sel] = values / (values.pow(2).mean().sqrt() + EPS)
     return out
 
 
@@ -282,12 +313,15 @@ def ppo_clip_loss(
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(policy || reference) (Schulman, 2020).
+    """Per-token k3 estimator of KL(policy || reference) (Schulman, 2020), clamped.
 
-    k3 = exp(δ) - δ - 1,  δ = clamp(ref - logp, ±20)     >= 0, unbiased, low variance
+    k3 = clamp(exp(δ) - δ - 1, ±KL_CLAMP),  δ = clamp(ref - logp, ±20)    >= 0, low variance
+
+    The value clamp is verl's: a token with k3 > 10 adds 10 and no gradient
+    (``KL_CLAMP``); below it ∂k3/∂logp = 1 - exp(δ).
     """
     delta = torch.clamp(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(delta) - delta - 1.0
+    return torch.clamp(torch.exp(delta) - delta - 1.0, -KL_CLAMP, KL_CLAMP)
 
 
 def token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
