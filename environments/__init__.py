@@ -8,10 +8,12 @@ Public API:
   :class:`SampleError`, :class:`ChatTemplateError`;
 - :func:`parse_assistant` (tool calls out of sampled text);
 - :class:`ChatFormat` (chat template -> token ids, incrementally);
-- task registry :func:`make_task`, :func:`register_task`, :func:`task_names`.
+- task registry :func:`make_task`, :func:`register_task`, :func:`task_names` (a task may
+  also be an entry point of group ``agentrl.tasks`` or an import path ``pkg.mod:attr``).
 """
 
 from agentrl.environments._chat import ChatFormat, ChatTemplateError
+from agentrl.environments._locate import TaskImportError
 from agentrl.environments._protocol import (
     EnvError,
     Environment,
@@ -27,10 +29,12 @@ from agentrl.environments._protocol import (
     session_tools,
 )
 from agentrl.environments._registry import (
+    check_task,
     expand_task_name,
     make_task,
     register_task,
     task_names,
+    task_problems,
 )
 from agentrl.environments._toolcalls import parse_assistant
 
@@ -49,8 +53,10 @@ __all__ = [
     "Start",
     "Status",
     "Step",
+    "TaskImportError",
     "TaskOptionsError",
     "UnknownTask",
+    "check_task",
     "expand_task_name",
     "make_task",
     "parse_assistant",
@@ -58,4 +64,5 @@ __all__ = [
     "register_task",
     "session_tools",
     "task_names",
+    "task_problems",
 ]

@@ -346,7 +346,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
-    from agentrl.environments import task_names
+    from agentrl.environments import task_problems
     from agentrl.trainer._device import device_problem
 
     r, s, ln = cfg.rollout, cfg.staleness, cfg.learner
@@ -382,11 +382,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("max_steps: must be >= 1 (or null)")
     if not cfg.tasks:
         problems.append("tasks: at least one task is required")
-    known = set(task_names())
     for name, task in cfg.tasks.items():
-        if task.factory(name).partition(":")[0] not in known:  # bfcl:<category> is bfcl's
-            what = f"task {task.task!r}" if task.task else "task"
-            problems.append(f"tasks.{name}: unknown {what} (known: {', '.join(sorted(known))})")
+        problems += [f"tasks.{name}: {p}" for p in task_problems(task.factory(name), task.options)]
         if task.weight <= 0:
             problems.append(f"tasks.{name}.weight: must be > 0")
         for key in ("workers", "capacity"):

@@ -222,6 +222,9 @@ def _eval(args: argparse.Namespace) -> int:
     tasks: dict[str, dict[str, Any]] = {t.strip(): {} for t in args.tasks.split(",") if t.strip()}
     for item in args.task_option:
         name, dot, rest = item.partition(".")
+        for task in tasks:  # an import path (my.envs:make_env) holds dots of its own
+            if item.startswith(f"{task}.") and len(task) > len(name):
+                name, rest = task, item[len(task) + 1 :]
         key, eq, value = rest.partition("=")
         if not (dot and eq and name and key):
             problems.append(f"--task-option {item!r}: expected TASK.KEY=VALUE")
