@@ -10,6 +10,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrl.messages import Trajectory
 from agentrl.trainer import (
@@ -95,11 +97,23 @@ def test_group_advantages_rejects_mismatched_shapes() -> None:
 # --- task_normalize ---------------------------------------------------------------
 
 
-def test_task_normalize_hand_values() -> None:
+def test_task_normalize_scale_hand_values() -> None:
     adv = torch.tensor([[2.0, 2.0, 9.0], [-1.0, 7.0, 7.0], [5.0, 5.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     task = torch.tensor([0, 0, 1])
     out = task_normalize(adv, mask, task, torch.tensor([True, True, True]))
+    # task 0 masked values (2, 2, -1): rms sqrt((4 + 4 + 1) / 3) = sqrt(3)
+    #   -> (2/sqrt3, 2/sqrt3, -1/sqrt3) = (1.154701, 1.154701, -0.577350): signs kept
+    # task 1 has one masked token 5: rms 5 -> 1. Unmasked stay 0 (the 9s and 7s).
+    expected = torch.tensor([[2 / SQRT3, 2 / SQRT3, 0.0], [-1 / SQRT3, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_task_normalize_centred_hand_values() -> None:
+    adv = torch.tensor([[2.0, 2.0, 9.0], [-1.0, 7.0, 7.0], [5.0, 5.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    task = torch.tensor([0, 0, 1])
+    out = task_normalize(adv, mask, task, torch.tensor([True, True, True]), center=True)
     # task 0 masked values (2, 2, -1): mean 1, sample std sqrt((1 + 1 + 4) / 2) = sqrt(3)
     #   -> (1/sqrt3, 1/sqrt3, -2/sqrt3) = (0.577350, 0.577350, -1.154701)
     # task 1 has one masked token: sigma 0 and A == mu -> 0. Unmasked stay 0 (the 9s and 7s).
@@ -128,7 +142,15 @@ def test_task_normalize_uses_only_rows_of_groups_with_spread() -> None:
     )
     task = torch.tensor([0, 0, 0, 1, 1])
     spread = torch.tensor([True, True, False, False, False])
-    out = task_normalize(adv, mask, task, spread)
+    scaled = task_normalize(adv, mask, task, spread)
+    # scaled, over the spread rows only: (3, 1, -1), rms sqrt(11 / 3) = 1.914854
+    #   -> (1.566699, 0.522233, -0.522233); flat rows and task 1 exactly 0.
+    r = math.sqrt(11 / 3)
+    torch.testing.assert_close(
+        scaled[:2], torch.tensor([[3 / r, 1 / r, 0.0], [-1 / r, 0.0, 0.0]]), atol=1e-5, rtol=1e-5
+    )
+    assert torch.equal(scaled[2:], torch.zeros(3, 3))
+    out = task_normalize(adv, mask, task, spread, center=True)
     # task 0 over the spread rows only: (3, 1, -1), mean 1, sample std sqrt((4 + 0 + 4) / 2) = 2
     #   -> (1, 0, -1); the flat row stays exactly 0 (counted in, its three 0.2s would move
     #   the mean to 3.6 / 6 = 0.6, std sqrt(8.96 / 5) = 1.3387: (0.2 - 0.6) / 1.3387 = -0.299).
@@ -273,10 +295,59 @@ def test_log_ratios_are_clamped_before_exp() -> None:
         loss, -torch.tensor([[math.exp(20.0), math.exp(-20.0)]]), rtol=1e-5, atol=0
     )
     assert torch.isfinite(stats["approx_kl"])
-    # k3 KL: delta = ref - logp = 30 -> clamped 20: e^20 - 20 - 1 = 4.851652e8
-    assert k3_kl(torch.tensor([-40.0]), torch.tensor([-10.0])).item() == pytest.approx(
-        math.exp(20.0) - 21.0, rel=1e-5
+    # k3 KL: delta = ref - logp = 30 -> clamped 20: e^20 - 20 - 1 = 4.851652e8, finite,
+    #   then the value clamp (KL_CLAMP) -> 10
+    assert k3_kl(torch.tensor([-40.0]), torch.tensor([-10.0])).item() == pytest.approx(10.0)
+
+
+def test_task_normalize_keeps_signs_where_recentring_flips_them() -> None:
+    """Three reward levels, lengths that differ (issue 24's example): rewards [1, 0, 0,
+    -0.2 x 5] with 30, 40, 40, 5 x 300 tokens."""
+    trajectories = [traj("g", "os", r, [0] + [1] * n) for r, n in [(1.0, 30), (0.0, 40)]]
+    trajectories += [traj("g", "os", 0.0, [0] + [1] * 40)]
+    trajectories += [traj("g", "os", -0.2, [0] + [1] * 300) for _ in range(5)]
+    # group: mean 0, sample std sqrt(1.2 / 7) = 0.414039 -> A = (2.415224, 0, 0, -0.483045 x 5)
+    # scaled: token rms sqrt((30 * 2.415224^2 + 1500 * 0.483045^2) / 1610) = 0.571035
+    #   -> (4.229518, 0, 0, -0.845904): same directions
+    # centred: token mean -0.405034, std 0.402787 -> (7.004153, +1.005916, +1.005916, -0.193732):
+    #   the two completed-but-wrong episodes reinforced
+    first = [0, 1, 2, 3]
+    scaled = build_batch(trajectories, pad_id=0).advantages[first, 1]
+    centred = build_batch(trajectories, pad_id=0, task_center=True).advantages[first, 1]
+    torch.testing.assert_close(
+        scaled, torch.tensor([4.229518, 0.0, 0.0, -0.845904]), atol=1e-4, rtol=1e-4
     )
+    torch.testing.assert_close(
+        centred, torch.tensor([7.004153, 1.005916, 1.005916, -0.193732]), atol=1e-4, rtol=1e-4
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda rows: st.tuples(
+            st.lists(
+                st.floats(-5, 5, width=32, allow_subnormal=False),
+                min_size=rows * 4,
+                max_size=rows * 4,
+            ),
+            st.lists(st.booleans(), min_size=rows * 4, max_size=rows * 4),
+            st.lists(st.integers(0, 2), min_size=rows, max_size=rows),
+            st.lists(st.booleans(), min_size=rows, max_size=rows),
+        )
+    )
+)
+def test_task_normalize_never_changes_an_advantages_sign(case) -> None:
+    values, masked, tasks, spreads = case
+    rows = len(tasks)
+    adv = torch.tensor(values).reshape(rows, 4)
+    mask = torch.tensor(masked, dtype=torch.float32).reshape(rows, 4)
+    spread = torch.tensor(spreads)
+    out = task_normalize(adv, mask, torch.tensor(tasks), spread)
+    kept = mask.bool() & spread[:, None]
+    assert torch.equal(torch.sign(out[kept]), torch.sign(adv[kept]))
+    assert torch.equal(out[~kept], torch.zeros_like(out[~kept]))
+    assert torch.isfinite(out).all()
 
 
 # --- k3_kl, token_mean, token_logprobs -----------------------------------------------
@@ -288,6 +359,18 @@ def test_k3_kl_hand_values() -> None:
     # delta = ln(0.25 / 0.5) = -0.693147: exp(delta) - delta - 1 = 0.5 + 0.693147 - 1 = 0.193147
     # identical policies -> 0
     torch.testing.assert_close(k3_kl(logp, ref), torch.tensor([0.193147, 0.0]), atol=1e-5, rtol=0)
+
+
+def test_k3_kl_is_clamped_at_10_with_no_gradient_beyond() -> None:
+    logp = torch.tensor([-1.0, -12.0, -2.0], requires_grad=True)
+    ref = torch.tensor([0.0, -2.0, -2.0])
+    kl = k3_kl(logp, ref)
+    # delta = ref - logp: 1 -> e - 2 = 0.718282, gradient d/dlogp = 1 - e = -1.718282
+    # delta = 10 -> e^10 - 11 = 22015.47, clamped to 10 (KL_CLAMP), gradient 0
+    # delta = 0 -> 0, gradient 0
+    torch.testing.assert_close(kl.detach(), torch.tensor([0.718282, 10.0, 0.0]), atol=1e-5, rtol=0)
+    kl.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([-1.718282, 0.0, 0.0]), atol=1e-5, rtol=0)
 
 
 def test_token_mean_weighs_every_token_equally() -> None:
@@ -376,11 +459,22 @@ def test_build_batch_advantages_are_task_normalised_before_the_loss() -> None:
         traj("g2", "db", -0.2, [0, 1, 1, 1]),  # three masked tokens
         traj("g2", "db", 1.0, [0, 1]),  # one masked token
     ]
-    batch = build_batch(trajectories, pad_id=0)
+    scaled = build_batch(trajectories, pad_id=0)
+    # scaled (the default): alf tokens (0.7071, 0.7071, -0.7071), rms 0.7071 -> (1, 1, -1);
+    #   db tokens (-0.7071 x3, 0.7071), rms 0.7071 -> (-1, -1, -1, 1)
+    torch.testing.assert_close(
+        scaled.advantages,
+        torch.tensor(
+            [[1.0, 1.0, 0.0, 0.0], [-1.0, 0.0, 0.0, 0.0], [-1.0, -1.0, -1.0, 0.0], [1.0, 0, 0, 0]]
+        ),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    batch = build_batch(trajectories, pad_id=0, task_center=True)
     assert batch.tasks == ("alf", "db")
     assert batch.task_index.tolist() == [0, 0, 1, 1]
     assert batch.group_index.tolist() == [0, 0, 1, 1]
-    # alf tokens (0.7071, 0.7071, -0.7071): mean 0.2357, sample std 0.8165
+    # centred: alf tokens (0.7071, 0.7071, -0.7071): mean 0.2357, sample std 0.8165
     #   -> (0.57735, 0.57735, -1.154701)
     # db tokens (-0.7071 x3, 0.7071): mean -0.35355, sample std 0.70711
     #   -> (-0.5, -0.5, -0.5, 1.5)
@@ -394,7 +488,7 @@ def test_build_batch_advantages_are_task_normalised_before_the_loss() -> None:
     )
     torch.testing.assert_close(batch.advantages, expected, atol=1e-5, rtol=1e-5)
     # The loss consumes the normalised advantages as they are: at ratio 1 the
-    # per-token loss is exactly -Ã, and the batch token mean of Ã per task is 0.
+    # per-token loss is exactly -Ã, and (centred) the batch token mean of Ã per task is 0.
     loss, _ = ppo_clip_loss(
         batch.old_logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask
     )
@@ -416,14 +510,14 @@ def test_build_batch_does_not_reinforce_a_long_all_fail_group() -> None:
         traj("g2", "os", -0.2, [0, 1, 1, 1, 1]),
     ]
     batch = build_batch(trajectories, pad_id=0)
-    # task statistics over g1's tokens only: (0.7071, -0.7071 x3): mean -0.353553,
-    #   sample std sqrt((1.125 + 3 * 0.125) / 3) = 0.707107 -> (1.5, -0.5, -0.5, -0.5)
-    # g2 stays exactly 0. Before, its 8 zero tokens entered the statistics (12 values:
-    #   mean -0.117851, std 0.408248) and each got +0.288675: the failures were reinforced.
+    # task statistics over g1's tokens only: (0.7071, -0.7071 x3): rms 0.707107
+    #   -> (1, -1, -1, -1) (centred: mean -0.353553, std 0.707107 -> (1.5, -0.5, -0.5, -0.5))
+    # g2 stays exactly 0. Had its 8 zero tokens entered the centred statistics (12 values:
+    #   mean -0.117851, std 0.408248) each would get +0.288675: the failures reinforced.
     expected = torch.tensor(
         [
-            [1.5, 0.0, 0.0, 0.0, 0.0],
-            [-0.5, -0.5, -0.5, 0.0, 0.0],
+            [1.0, 0.0, 0.0, 0.0, 0.0],
+            [-1.0, -1.0, -1.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0],
         ]
@@ -441,11 +535,11 @@ def test_build_batch_gives_zeros_to_a_task_without_a_mixed_group() -> None:
         traj("g2", "db", -0.2, [0, 1]),
     ]
     batch = build_batch(trajectories, pad_id=0)
-    # alf as in the test above: (0.7071, 0.7071, -0.7071) -> (0.57735, 0.57735, -1.154701)
+    # alf as in the test above: (0.7071, 0.7071, -0.7071) -> (1, 1, -1)
     # db: no group with spread -> exactly 0 (before: float residue normalised to ~±1)
     assert torch.equal(batch.advantages[2:], torch.zeros(2, 4))
     torch.testing.assert_close(
-        batch.advantages[0, :2], torch.tensor([1 / SQRT3, 1 / SQRT3]), atol=1e-5, rtol=1e-5
+        batch.advantages[0, :2], torch.tensor([1.0, 1.0]), atol=1e-5, rtol=1e-5
     )
 
 
@@ -483,10 +577,11 @@ def test_build_batch_masks_tokens_older_than_max_token_lag() -> None:
         batch.old_logprobs, torch.tensor([[0.0, -0.2, -0.3, 0.0], [-0.5, 0.0, 0.0, 0.0]])
     )
     assert batch.advantages[0, 0].item() == 0.0  # the masked token trains on nothing
-    # task statistics over the 3 remaining tokens (0.7071, 0.7071, -0.7071): (0.577, 0.577, -1.155)
+    # task statistics over the 3 remaining tokens (0.7071, 0.7071, -0.7071): rms 0.7071
+    #   -> (1, 1, -1)
     torch.testing.assert_close(
         batch.advantages[:, :3],
-        torch.tensor([[0.0, 1 / SQRT3, 1 / SQRT3], [-2 / SQRT3, 0.0, 0.0]]),
+        torch.tensor([[0.0, 1.0, 1.0], [-1.0, 0.0, 0.0]]),
         atol=1e-5,
         rtol=1e-5,
     )
