@@ -1,4 +1,4 @@
-"""Learner step: logits at every position against logits at the trained positions only.
+"""Learner step: today's float32 update against its cheaper modes, on the same batch.
 
     python bench/learner_step.py [--model smollm2] [--episodes 8] [--tokens 1100] [--trained 0.12]
     python bench/learner_step.py --smoke    # tiny model, 2 short episodes (CI)
@@ -15,8 +15,15 @@ gets a fresh learner on the same weights and runs ``--repeats`` updates after on
 warm-up; the median is reported. Both ways score the trained tokens before their first
 update; the sums of those logprobs must agree.
 
-Both ways run in this one process, one after the other, with ``--threads`` torch threads
-(default: the cores). Prints seconds per update of each way and their ratio.
+A third way, **bfloat16 autocast** (``learner.autocast``: float32 weights, gradients and
+AdamW; the forward's matrix products in bfloat16, AMX on this CPU; the log-softmax in
+float32), runs on the trained positions too. Against today's float32 (trained positions)
+it prints its seconds and ratio, the mean and largest |Δ logprob| of the trained tokens
+before the update, and how far its first update lands from float32's, relative to the
+update's size (``||W_bf16 - W_fp32|| / ||W_fp32 - W_0||``).
+
+All ways run in this one process, one after the other, with ``--threads`` torch threads
+(default: the cores). Prints seconds per update of each way and their ratios.
 """
 
 from __future__ import annotations
@@ -69,8 +76,9 @@ def synthetic_batch(episodes: int, tokens: int, turns: int, trained: float, voca
     return build_batch(out, pad_id=0)
 
 
-def time_updates(model_dir, batch, args, *, sliced: bool) -> tuple[float, float]:
-    """Median seconds per update and the sum of the trained tokens' logprobs, one way."""
+def time_updates(model_dir, batch, args, *, sliced: bool, autocast: bool = False):
+    """One way: median seconds per update, the trained tokens' logprobs before the first
+    update ``[B, L]``, and the weights after the first (untimed) update."""
     original = _scoring.slices_logits
     if not sliced:
         _scoring.slices_logits = lambda model: False
@@ -79,18 +87,27 @@ def time_updates(model_dir, batch, args, *, sliced: bool) -> tuple[float, float]
             model_dir,
             micro_batch_tokens=args.micro_batch_tokens,
             gradient_checkpointing=args.gradient_checkpointing,
+            autocast=autocast,
         )
-        scored = learner.logprobs(batch)  # the trained tokens' logprobs: both ways must agree
+        scored = learner.logprobs(batch)  # the trained tokens' logprobs: every way must agree
         batch = dataclasses.replace(batch, old_logprobs=scored)
-        learner.step(batch)  # warm-up
+        learner.step(batch)  # warm-up, and the update compared across ways
+        first = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
         seconds = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             learner.step(batch)
             seconds.append(time.perf_counter() - t0)
-        return statistics.median(seconds), float(scored.sum())
+        return statistics.median(seconds), scored, first
     finally:
         _scoring.slices_logits = original
+
+
+def update_distance(a: dict, b: dict, base: dict) -> float:
+    """||a - b|| / ||a - base|| over the tensors of ``base``: two updates of it compared."""
+    num = sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in base)
+    den = sum(float((a[k].double() - base[k].double()).pow(2).sum()) for k in base)
+    return (num / den) ** 0.5 if den else float("inf")
 
 
 def main() -> None:
@@ -104,6 +121,8 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
                         default=True, help="as bench/learning*.yaml")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time bfloat16 autocast")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
@@ -123,14 +142,34 @@ def main() -> None:
         f"{'on' if args.gradient_checkpointing else 'off'}",
         flush=True,
     )
-    full, logp_full = time_updates(model_dir, batch, args, sliced=False)
+    from safetensors.torch import load_file
+
+    base = {}
+    for path in sorted(model_dir.glob("*.safetensors")):
+        base.update(load_file(str(path)))
+    full, scored_full, _ = time_updates(model_dir, batch, args, sliced=False)
     print(f"logits at every position:      {full:.2f} s per update", flush=True)
-    kept, logp_kept = time_updates(model_dir, batch, args, sliced=True)
+    kept, scored, first = time_updates(model_dir, batch, args, sliced=True)
     print(f"logits at trained positions:   {kept:.2f} s per update", flush=True)
     print(f"ratio trained-only / every position: {kept / full:.3f}")
+    logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
     print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
     if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
         raise SystemExit("the two ways score the trained tokens differently")
+    if args.autocast:
+        auto, scored_auto, first_auto = time_updates(
+            model_dir, batch, args, sliced=True, autocast=True
+        )
+        mask = batch.loss_mask.bool()
+        gap = (scored_auto - scored).abs()[mask]
+        tied = {k: v for k, v in base.items() if k in first}
+        print(f"bf16 autocast, trained positions: {auto:.2f} s per update", flush=True)
+        print(f"ratio bf16 autocast / float32 (trained positions): {auto / kept:.3f}")
+        print(
+            f"bf16 autocast against float32: |d logprob| mean {float(gap.mean()):.4f} "
+            f"max {float(gap.max()):.4f} nats on {int(mask.sum())} trained tokens; first "
+            f"update {update_distance(first, first_auto, tied):.4f} of its size apart"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ the softmax over the vocabulary are needed only where a target is trained, so
 (``logits_to_keep``, HF causal LMs since transformers 4.50), and ``target_logprobs``
 scatters the logprobs back to ``[b, l]``, 0 elsewhere. The transformer body still runs
 on every position: attention needs the whole context.
+
+With ``autocast`` (``learner.autocast``) the forward runs under ``torch.autocast`` in
+bfloat16: matrix products in bfloat16 (AMX on this CPU, tensor cores on a GPU) from the
+float32 weights, whose gradients and AdamW state stay float32; ``token_logprobs`` upcasts
+the logits to float32 before its log-softmax.
 """
 
 from __future__ import annotations
@@ -39,16 +44,23 @@ def trained_positions(
 
 
 def logits_at(
-    model: torch.nn.Module, micro: TrainBatch, keep: torch.Tensor, device: torch.device
+    model: torch.nn.Module,
+    micro: TrainBatch,
+    keep: torch.Tensor,
+    device: torch.device,
+    *,
+    autocast: bool = False,
 ) -> torch.Tensor:
-    """``[b, k, V]`` logits of ``model`` on ``micro`` at the ``keep`` positions."""
+    """``[b, k, V]`` logits of ``model`` on ``micro`` at the ``keep`` positions (computed in
+    bfloat16 under ``torch.autocast`` with ``autocast``)."""
     sliced = keep.numel() < micro.input_ids.shape[1]
-    return model(
-        input_ids=micro.input_ids.to(device),
-        attention_mask=micro.attention_mask.to(device),
-        use_cache=False,
-        **({"logits_to_keep": keep} if sliced else {}),
-    ).logits
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        return model(
+            input_ids=micro.input_ids.to(device),
+            attention_mask=micro.attention_mask.to(device),
+            use_cache=False,
+            **({"logits_to_keep": keep} if sliced else {}),
+        ).logits
 
 
 def target_logprobs(

@@ -52,8 +52,10 @@ def sft_gradients(
     *,
     micro_batch_tokens: int,
     device: torch.device,
+    autocast: bool = False,
 ) -> dict[str, float]:
-    """Forward/backward the token-mean NLL of ``batch`` into ``.grad``; no optimiser step.
+    """Forward/backward the token-mean NLL of ``batch`` into ``.grad``; no optimiser step
+    (the forward in bfloat16 under ``torch.autocast`` with ``autocast``).
 
     Each micro-batch's summed NLL is divided by the masked token count of the
     whole batch, so the accumulated gradient is that of the batch's token mean.
@@ -65,7 +67,7 @@ def sft_gradients(
         if micro.num_tokens == 0:
             continue
         keep = trained_positions(model, micro, device)  # the LM head where a target is trained
-        logits = logits_at(model, micro, keep, device)
+        logits = logits_at(model, micro, keep, device, autocast=autocast)
         logp = target_logprobs(logits, micro, keep, 1.0, device)
         nll = masked_nll(logp, micro.loss_mask.to(device))
         (nll / total).backward()

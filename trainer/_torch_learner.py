@@ -146,6 +146,7 @@ class TorchLearner:
         dtype: str = "float32",
         seed: int = 0,
         gradient_checkpointing: bool = False,
+        autocast: bool = False,
         version: int = 0,
         reference_dir: str | Path | None = None,
         state_dir: str | Path | None = None,
@@ -158,10 +159,17 @@ class TorchLearner:
         ``is_cap``: C of the truncated importance weight; ``warmup_steps``: linear lr
         warmup. ``state_dir``: where ``save`` writes the AdamW state (``keep_states``
         newest kept) and from which the state of ``version`` is loaded, if there.
-        ``objective``: ``grpo``, or ``sft`` for the supervised warm start (`._sft`)."""
+        ``objective``: ``grpo``, or ``sft`` for the supervised warm start (`._sft`).
+        ``autocast``: forward passes (policy, reference, scoring) in bfloat16 under
+        ``torch.autocast`` while weights, gradients and AdamW stay in ``dtype``, which
+        must then be float32; the log-softmax runs in float32 (`._scoring`)."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if autocast and dtype != "float32":
+            raise ValueError(
+                f"autocast keeps float32 master weights: dtype must be float32, got {dtype!r}"
+            )
         if temperature <= 0:
             raise ValueError(
                 f"temperature must be > 0, got {temperature}: the learner scores tokens "
@@ -181,6 +189,7 @@ class TorchLearner:
         self.keep_states = keep_states
         self.micro_batch_tokens = micro_batch_tokens
         self.objective = check_objective(objective)
+        self.autocast = autocast
         self.device = resolve_device(device)  # every tensor of the update goes here
         self.steps = 0  # optimiser updates done so far
         self.version = version  # policy version of the current weights (+1 per step)
@@ -212,7 +221,11 @@ class TorchLearner:
             elif version > 0:
                 log.warning("no learner state for this version: fresh AdamW", version=version)
         log.info(
-            "learner_loaded", model_dir=str(self.model_dir), device=str(self.device), dtype=dtype
+            "learner_loaded",
+            model_dir=str(self.model_dir),
+            device=str(self.device),
+            dtype=dtype,
+            autocast=autocast,
         )
 
     # --- the update -----------------------------------------------------------
@@ -250,7 +263,11 @@ class TorchLearner:
         """
         if self.objective == "sft":  # supervised warm start: token-mean NLL at T = 1
             return sft_gradients(
-                self.model, batch, micro_batch_tokens=self.micro_batch_tokens, device=self.device
+                self.model,
+                batch,
+                micro_batch_tokens=self.micro_batch_tokens,
+                device=self.device,
+                autocast=self.autocast,
             )
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(LOSS_SUMS, 0.0)
@@ -262,7 +279,7 @@ class TorchLearner:
                 continue
             mask = micro.loss_mask.to(self.device)
             keep = trained_positions(self.model, micro, self.device)
-            logits = logits_at(self.model, micro, keep, self.device)
+            logits = logits_at(self.model, micro, keep, self.device, autocast=self.autocast)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
@@ -280,7 +297,9 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_logits = logits_at(self.reference, micro, keep, self.device)
+                    ref_logits = logits_at(
+                        self.reference, micro, keep, self.device, autocast=self.autocast
+                    )
                     ref_logp = target_logprobs(
                         ref_logits, micro, keep, self.temperature, self.device
                     )
@@ -341,7 +360,7 @@ class TorchLearner:
             rows = torch.arange(start, min(start + per_chunk, batch.num_rows))
             micro = batch.select(rows)
             keep = trained_positions(self.model, micro, self.device)
-            logits = logits_at(self.model, micro, keep, self.device)
+            logits = logits_at(self.model, micro, keep, self.device, autocast=self.autocast)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             out[rows] = logp.float().cpu() * micro.loss_mask
         return out
