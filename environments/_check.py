@@ -42,6 +42,7 @@ __all__ = [
     "CheckReport",
     "agent_message",
     "check",
+    "scripted_agents",
     "scripts_for",
     "step_text",
 ]
@@ -145,6 +146,14 @@ def scripts_for(task: str, env: Environment) -> dict[str, Callable[..., Actions]
     if scripts is None:
         raise ValueError(f"no scripted agents for task {task!r}")
     return scripts
+
+
+def scripted_agents(task: str, env: Environment) -> dict[str, Callable[..., Actions]]:
+    """The scripted agents ``task`` offers (`scripts_for`), empty when it has none."""
+    try:
+        return scripts_for(task, env)
+    except ValueError:
+        return {}
 
 
 def _said(step: ToolCall | list[ToolCall]) -> str:

@@ -2,12 +2,16 @@
 
     agentrl-env check --task db --data dev.jsonl --agent oracle   # validate a task's data
     agentrl-env check --task db --agent random                    # the built-in set
+    agentrl-env check --task mypkg.envs:make_env --agent random   # the protocol contract
     agentrl-env check --task db --data dev.jsonl --option database=mysql://root@127.0.0.1
     agentrl-env worker --task db --broker URL --run NAME --capacity 8   # serve sessions
     agentrl-env-worker --task db --broker URL --run NAME --capacity 8   # the same
 
-Exit status: 0 when the check ran (whatever the success rate), 2 for bad arguments
-or unreadable data.
+``--agent random`` first runs the protocol contract (`environments/_conformance`) with a
+task-agnostic random agent, then the task's own random agent where it has one.
+
+Exit status: 0 when the check ran (whatever the success rate), 1 when the protocol
+contract found violations, 2 for bad arguments or unreadable data.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import threading
 import yaml
 
 from agentrl.environments import make_task
-from agentrl.environments._check import AGENTS, check
+from agentrl.environments._check import AGENTS, check, scripted_agents
+from agentrl.environments._conformance import conformance
 from agentrl.environments._protocol import EnvError
 
 from ._logging import configure_logging
@@ -33,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl-env")
     sub = parser.add_subparsers(dest="command", required=True)
     chk = sub.add_parser("check", help="run a scripted agent over a task's data")
-    chk.add_argument("--task", required=True, help="task name (db, calculator)")
+    chk.add_argument(
+        "--task", required=True, help="task name (db, calculator) or import path (pkg.mod:attr)"
+    )
     chk.add_argument("--data", help="a data file in the task's format (default: built-in set)")
     chk.add_argument("--agent", choices=AGENTS, default="oracle")
     chk.add_argument("--seed", type=int, default=0, help="the random agent's seed")
@@ -138,12 +145,24 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         # the oracle checks every item: split=all unless --option split=... says otherwise
         env, _, split = make_on_split(args.task, options, "all")
         print(f"agentrl-env: task {args.task}: split {split}", file=sys.stderr)
-        report = check(args.task, env, args.agent, seed=args.seed)
+        contract = None
+        if args.agent == "random":  # the protocol contract, with a schema-driven random agent
+            contract = conformance(args.task, options, env=env, seed=args.seed)
+            print(contract.format())
+        scripts = scripted_agents(args.task, env)
+        if args.agent in scripts:
+            print(check(args.task, env, args.agent, seed=args.seed).format())
+        elif contract is None:
+            print(
+                f"agentrl-env: task {args.task} has no {args.agent} agent (CHECK_AGENTS in its "
+                "module, docs/own-task.md); --agent random checks the protocol",
+                file=sys.stderr,
+            )
+            return 2
     except (EnvError, ValueError, OSError) as exc:
         print(f"agentrl-env: {exc}", file=sys.stderr)
         return 2
-    print(report.format())
-    return 0
+    return 1 if contract is not None and contract.violations else 0
 
 
 if __name__ == "__main__":
