@@ -98,6 +98,19 @@ def _parser() -> argparse.ArgumentParser:
         help="where the sampler engine runs: cpu, cuda, cuda:N or auto; default cpu",
     )
     ev.add_argument("--out", help="write the table to this file and the numbers to FILE.json")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="paired comparison of two `agentrl eval --out` results on the same instances",
+        description="Per task and for the mean over tasks: the pass rate before and after, "
+        "the change and its paired-bootstrap 95%% interval (instances resampled, the same "
+        "ones on both sides). Both results must have evaluated each shared task with the "
+        "same options and instance count.",
+    )
+    cmp_.add_argument("before", help="eval result JSON (agentrl eval --out X.md writes X.json)")
+    cmp_.add_argument("after", help="eval result JSON of the same instances")
+    cmp_.add_argument("--resamples", type=int, default=10_000, help="bootstrap draws")
+    cmp_.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cmp_.add_argument("--out", help="also write the table to this file")
     rep = sub.add_parser(
         "report",
         help="PNG plots and a markdown summary of a run's metrics.jsonl",
@@ -143,11 +156,32 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("warning")
     if args.command == "report":
         return _report(args)
+    if args.command == "compare":
+        return _compare(args)
     if args.command == "sft":
         return _sft(args)
     if args.command == "serve":
         return _serve(args)
     return _eval(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ._compare import CompareError, compare_reports, format_comparison, load_report
+
+    if args.resamples < 100:
+        print("agentrl compare: --resamples must be >= 100", file=sys.stderr)
+        return 2
+    try:
+        before, after = load_report(args.before), load_report(args.after)
+        comparison = compare_reports(before, after, resamples=args.resamples, seed=args.seed)
+    except CompareError as exc:
+        print(f"agentrl compare: {exc}", file=sys.stderr)
+        return 2
+    table = format_comparison(comparison, args.before, args.after)
+    print(table, end="")
+    if args.out:
+        Path(args.out).write_text(table)
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
