@@ -22,8 +22,9 @@ violation once per rule and instance, in words a task author can act on:
   limit; the rollout's cap is a safety net, not the task's ending);
 - ``closed``: ``interact`` after the end or after ``cancel`` raises SessionClosed;
   ``cancel`` twice, or after the end, is quiet;
-- ``split``: where the factory takes ``split``, ``train`` and ``test`` both build, open
-  with different instances (first ``instances`` of each compared), and a split outside
+- ``split``: where the factory takes ``split``, ``train`` and ``test`` both build, hold
+  different instances (the first ``4 * instances`` of each compared by ``describe(index)``
+  where the task has it, else by their opening messages), and a split outside
   ``train``/``test``/``all`` is refused.
 """
 
@@ -320,15 +321,23 @@ def _check_split(
         report.add("split", "split='neither' was accepted (train, test or all expected)")
     except (EnvError, ValueError, TypeError):
         pass
-    seen: dict[tuple, int] = {}
+    seen: dict[str, int] = {}
     for split, env in envs.items():
         for index in range(min(instances * 4, env.num_instances)):
-            start = env.start(index)
-            env.cancel(start.session)
-            key = (repr([m.content for m in start.messages]),)
+            key = _instance_key(env, index)
             if split == "train":
                 seen[key] = index
             elif key in seen:
-                report.add(
-                    "split", f"test instance {index} opens as train instance {seen[key]} does"
-                )
+                same = f"test instance {index} is train instance {seen[key]}"
+                report.add("split", f"{same}: {key[-120:]}")
+
+
+def _instance_key(env: Environment, index: int) -> str:
+    """What an instance is: its ``describe(index)`` where the task has one (a hidden state,
+    such as a secret, is not in the opening), else its opening messages."""
+    describe = getattr(env, "describe", None)
+    if describe is not None:
+        return str(describe(index))
+    start = env.start(index)
+    env.cancel(start.session)
+    return repr([m.content for m in start.messages])

@@ -83,8 +83,8 @@ def _import(name: str, module: str, attr: str, what: str) -> Callable[..., Any]:
         missing = exc.name or str(exc)
         if module == missing or module.startswith(f"{missing}."):
             raise TaskImportError(
-                f"{what}: no module named {missing!r} (importing {module!r}; is its folder "
-                "on PYTHONPATH or the current folder?)"
+                f"{what}: no module named {missing!r} (importing {module!r}: put the folder "
+                "that holds it on PYTHONPATH, or pip install its package)"
             ) from exc
         raise TaskImportError(
             f"{what}: importing {module!r} failed: it imports {missing!r}, which is not installed"
