@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import threading
@@ -11,17 +12,15 @@ import time
 from pathlib import Path
 
 from agentrl.actors._ledger import read_ledger
-from agentrl.messages import (
-    BrokerLoginRefused,
-    BrokerRefused,
-    BrokerUnavailable,
-    TransportError,
-    connect,
-)
+from agentrl.messages import BrokerLoginRefused, BrokerRefused, BrokerUnavailable, TransportError
+from agentrl.trainer import ModelError
 
 from ._config import BROKER_ENV, ConfigError, load_config, read_broker
+from ._interrupt import ABORT_EXIT
 from ._logging import configure_logging
-from ._node import FATAL_EXIT, NodeSupervisor, die_with_node, role_argv
+from ._node import FATAL_EXIT, NODE_PID_ENV, NodeSupervisor, die_with_node, role_argv
+from ._preflight import broker_problem, check_models
+from ._run_lock import hold_run_lock
 from ._status import (
     StatusError,
     client_for,
@@ -41,6 +40,7 @@ from ._supervisor import (
     stop_run,
     take_learner_lock,
 )
+from ._warmstart import WarmStartError
 
 __all__ = ["main"]
 
@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
         "endpoint; not in the default)",
     )
     start.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    start.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of an error (by default one line says what went wrong)",
+    )
     start.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
     start.add_argument(
         "--node", default=socket.gethostname(), help="this node's name (logs, state)"
@@ -204,18 +209,6 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _login_refused(broker: str, name: str) -> str | None:
-    """Why the broker refuses this run's login (credentials, vhost), or None: it let us in,
-    or it cannot be reached now (a transient state the roles wait out with back-off)."""
-    try:
-        connect(broker, name=name).close()
-    except BrokerLoginRefused as exc:
-        return str(exc)
-    except BrokerUnavailable:
-        return None
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -233,6 +226,29 @@ def main(argv: list[str] | None = None) -> int:
         return _status(args)
     if args.command == "stop":
         return _stop(args)
+    try:
+        return _start(args, argv)
+    except KeyboardInterrupt:  # before the run's own handler (e.g. a model conversion)
+        print("agentrl-supervisor: interrupted before the run started", file=sys.stderr)
+        return ABORT_EXIT
+    except Exception as exc:
+        if args.debug:
+            raise
+        code, what = _explain(exc)
+        print(f"agentrl-supervisor: {what} (--debug shows the traceback)", file=sys.stderr)
+        return code
+
+
+def _explain(exc: Exception) -> tuple[int, str]:
+    """A start's error as (exit status, one line): FATAL_EXIT for what a retry cannot fix."""
+    if isinstance(exc, (ModelError, RunLocked, BrokerLoginRefused, WarmStartError)):
+        return FATAL_EXIT, str(exc)
+    if isinstance(exc, BrokerUnavailable):
+        return 1, f"the broker went away: {exc}"
+    return 1, f"{type(exc).__name__}: {exc}"
+
+
+def _start(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         cfg = load_config(
             args.config,
@@ -253,9 +269,31 @@ def main(argv: list[str] | None = None) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
+    try:
+        check_models(cfg)  # before anything is written (a corrected config then starts)
+    except ModelError as exc:
+        print(f"agentrl-supervisor: model: {exc}", file=sys.stderr)
+        return FATAL_EXIT
+    in_process = args.in_process or cfg.broker.startswith("memory://")
+    if not os.environ.get(NODE_PID_ENV):  # a user's start (a node's roles wait a broker out)
+        problem = broker_problem(cfg.broker, f"{cfg.run}-{args.node}-probe")
+        if problem:  # said in seconds, once, rather than retried by every role
+            print(f"agentrl-supervisor: {problem}", file=sys.stderr)
+            return FATAL_EXIT
+    run_lock = None
+    if "learner" in roles:  # a live run is refused before anything of it changes
+        try:
+            run_lock = hold_run_lock(cfg.run_dir, cfg.run)
+        except RunLocked as exc:
+            print(f"agentrl-supervisor: {exc}", file=sys.stderr)
+            return FATAL_EXIT
+        if not in_process:
+            run_lock.close()  # the learner's process takes it
     earlier = earlier_start(cfg.run_dir)
     fresh = earlier is None and not args.resume  # a node's roles get --resume: never fresh
     if "learner" in roles and not args.resume and earlier:
+        if run_lock is not None:
+            run_lock.close()
         print(
             f"agentrl-supervisor: run {cfg.run!r} exists ({earlier}): add --resume to "
             "continue it, or choose another --run",
@@ -263,20 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         return FATAL_EXIT
     log_dir = cfg.run_dir / "logs" / args.node
-    if args.in_process or cfg.broker.startswith("memory://"):
+    if in_process:
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
         die_with_node()  # a role of a node supervisor: its node's death is a drain
-        try:
-            supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh)
-            return supervisor.run(progress_every=args.progress_every)
-        except (BrokerLoginRefused, RunLocked) as exc:  # a restart cannot fix these
-            print(f"agentrl-supervisor: {exc}", file=sys.stderr)
-            return FATAL_EXIT
+        supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh, run_lock=run_lock)
+        return supervisor.run(progress_every=args.progress_every)
     configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node, role="node")
-    refused = _login_refused(cfg.broker, f"{cfg.run}-{args.node}-probe")
-    if refused:  # say so in seconds, once, rather than restart every role with back-off
-        print(f"agentrl-supervisor: {refused}", file=sys.stderr)
-        return FATAL_EXIT
     if "learner" in roles:  # a run with a learner already: refused before anything changes
         try:
             lock = take_learner_lock(cfg.broker, cfg.run, args.node)

@@ -131,13 +131,18 @@ class DockerSandbox:
         self._exec(background_command(script), 30.0)
 
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
-        """``argv`` with nothing of the agent's environment and `JUDGE_PATH`. The container's
-        own ``/usr`` is the agent's to write: see the module doc."""
+        """``argv`` with nothing of the agent's environment and `JUDGE_PATH`, its output
+        straight from the exec (not `WRAPPER`'s file, which the agent's processes could
+        rewrite); Python without ``site`` (the container's site folders are the agent's).
+        The container's ``/usr`` is the agent's to write: see the module doc."""
+        argv = list(argv)
+        if argv[:1] == ["/usr/bin/python3"]:
+            argv.insert(1, "-S")
         clean = ["/usr/bin/env", "-i", f"PATH={JUDGE_PATH}", "HOME=/root", "LANG=C.UTF-8"]
-        command = clean + wrapped_command(argv, timeout, self._limits)
+        command = [*clean, "timeout", "-k", "1", f"{max(timeout, 0.1):g}", *argv]
         began = time.monotonic()
         code, out = self._exec(command, call_deadline(timeout))
-        return result_of(code, out, time.monotonic() - began, timeout)
+        return result_of(code, out[: self._limits.output_bytes], time.monotonic() - began, timeout)
 
     def _exec(self, command: list[str], deadline: float) -> tuple[int, bytes]:
         """Run ``command`` in the container from a helper thread, waiting ``deadline`` s."""
@@ -170,13 +175,25 @@ class DockerSandbox:
             self._closed = True
         try:
             if self._container is not None:
-                self._container.remove(force=True, v=True)
+                self._remove()
         except docker.errors.NotFound:
             pass
         except (docker.errors.DockerException, OSError) as exc:
             raise SandboxError(f"docker sandbox: cannot remove its container: {exc}") from exc
         finally:
             self._client.close()
+
+    def _remove(self) -> None:
+        """Remove the container; podman's removal of a user-namespaced container's shm
+        mount can report it busy while its processes exit: tried again, a few times."""
+        for attempt in range(5):
+            try:
+                self._container.remove(force=True, v=True)
+                return
+            except docker.errors.APIError as exc:
+                if "resource busy" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
 
 @functools.cache

@@ -133,10 +133,14 @@ class Sandbox(Protocol):
 
 # $1 timeout seconds, $2 output bytes, $3 file size limit in KiB, then the command.
 # `timeout` leads a new process group; after a timeout the group is SIGKILLed until
-# empty (builtins only: a fork bomb may have used every pid), so nothing it started
-# outlives it. Jobs a command that ends in time leaves in the background live on.
+# empty, then every process that started after the wrapper did (setsid, double-forked
+# and daemonised children leave the group, not the pid namespace); builtins only: a fork
+# bomb may have used every pid. Jobs a command that ends in time leaves in the
+# background live on. (bwrap also kills the command's cgroup.)
 WRAPPER = r"""
 t=$1 cap=$2 fsize=$3; shift 3
+start_of() { set -- $1; s=${20:-0}; }  # a /proc/PID/stat's start time, past "(comm) "
+read -r me < /proc/self/stat; start_of "${me##*) }"; began=$s
 mkdir -p /run/agentrl 2>/dev/null
 out=$(mktemp /run/agentrl/out.XXXXXX 2>/dev/null || mktemp)
 (ulimit -f "$fsize" 2>/dev/null; exec timeout -k 1 "$t" "$@") >"$out" 2>&1 </dev/null &
@@ -146,6 +150,14 @@ rc=$?
 if [ $rc = 124 ] || [ $rc = 137 ]; then
     n=0
     while [ $n -lt 100000 ] && kill -KILL -- -$group 2>/dev/null; do n=$((n + 1)); done
+    for round in 1 2 3; do
+        for d in /proc/[0-9]*; do
+            [ "${d#/proc/}" = "$$" ] && continue
+            read -r st < "$d/stat" 2>/dev/null || continue
+            start_of "${st##*) }"
+            [ "$s" -ge "$began" ] 2>/dev/null && kill -KILL "${d#/proc/}" 2>/dev/null
+        done
+    done
 fi
 head -c "$cap" "$out"
 rm -f "$out"

@@ -1,0 +1,42 @@
+"""What a start checks before it writes anything: the models resolve, the broker answers.
+
+A start that fails here leaves the run directory as it was (a corrected config then starts
+the run, instead of being refused as "run exists"), and says why in one line.
+"""
+
+from __future__ import annotations
+
+from agentrl.messages import BrokerLoginRefused, BrokerUnavailable, connect
+from agentrl.trainer import resolve_model
+
+from ._config import RunConfig
+
+__all__ = ["PROBE_TIMEOUT", "broker_problem", "check_models"]
+
+PROBE_TIMEOUT = 5.0
+"""Seconds a start waits for the broker to answer before it gives up (one line, exit 2)."""
+
+
+def check_models(cfg: RunConfig) -> None:
+    """Resolve the policy model and every pool's own model (converting once, cached);
+    raises `agentrl.trainer.ModelError` (e.g. ModelNotFound) for the first that cannot be."""
+    resolve_model(cfg.model)
+    for pool in cfg.pools.values():
+        if pool.model:
+            resolve_model(pool.model)
+
+
+def broker_problem(broker: str, name: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Why this start cannot use ``broker`` (a refused login, or nothing answering within
+    ``timeout`` seconds), in one line; None when it let us in (and always for memory://)."""
+    if broker.startswith("memory://"):
+        return None
+    try:
+        connect(broker, name=name, connect_timeout=timeout).close()
+    except BrokerLoginRefused as exc:
+        return str(exc)
+    except BrokerUnavailable as exc:
+        return (
+            f"{exc}: is RabbitMQ running there? (or use --broker memory:// for a one-process run)"
+        )
+    return None
