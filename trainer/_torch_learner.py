@@ -50,6 +50,7 @@ from ._learner_state import (
 from ._models import load_causal_lm
 from ._scoring import logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
+from ._shared_prefix import can_share, group_micro_batches, shared_logits_at
 
 __all__ = ["LearnerBackend", "TorchLearner", "checkpoint_digest"]
 
@@ -147,6 +148,7 @@ class TorchLearner:
         seed: int = 0,
         gradient_checkpointing: bool = False,
         autocast: bool = False,
+        share_prefix: bool = True,
         version: int = 0,
         reference_dir: str | Path | None = None,
         state_dir: str | Path | None = None,
@@ -162,7 +164,10 @@ class TorchLearner:
         ``objective``: ``grpo``, or ``sft`` for the supervised warm start (`._sft`).
         ``autocast``: forward passes (policy, reference, scoring) in bfloat16 under
         ``torch.autocast`` while weights, gradients and AdamW stay in ``dtype``, which
-        must then be float32; the log-softmax runs in float32 (`._scoring`)."""
+        must then be float32; the log-softmax runs in float32 (`._scoring`).
+        ``share_prefix``: a group's shared prompt is forwarded once per micro-batch, for the
+        policy and the reference (`._shared_prefix`; the same gradients), where the model
+        allows it (not under gradient checkpointing)."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -200,6 +205,9 @@ class TorchLearner:
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
+        self.share_prefix = share_prefix and can_share(self.model)
+        if share_prefix and not self.share_prefix:
+            log.info("shared prefix off: the model or gradient checkpointing does not allow it")
         self.reference: torch.nn.Module | None = None
         use_kl = kl_coef > 0 and self.objective == "grpo"  # the SFT loss has no KL term
         if use_kl and reference_dir is not None and Path(reference_dir) != self.model_dir:
@@ -272,14 +280,15 @@ class TorchLearner:
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(LOSS_SUMS, 0.0)
         count = 0
-        for micro in micro_batches(batch, self.micro_batch_tokens):
+        split = group_micro_batches if self.share_prefix else micro_batches
+        for micro in split(batch, self.micro_batch_tokens):
             count += 1
             micro_tokens = micro.num_tokens
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
             keep = trained_positions(self.model, micro, self.device)
-            logits = logits_at(self.model, micro, keep, self.device, autocast=self.autocast)
+            logits = self._logits(self.model, micro, keep)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
@@ -297,9 +306,7 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_logits = logits_at(
-                        self.reference, micro, keep, self.device, autocast=self.autocast
-                    )
+                    ref_logits = self._logits(self.reference, micro, keep)
                     ref_logp = target_logprobs(
                         ref_logits, micro, keep, self.temperature, self.device
                     )
@@ -345,6 +352,11 @@ class TorchLearner:
         if self.reference is not None:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics
+
+    def _logits(self, model: torch.nn.Module, micro: TrainBatch, keep: torch.Tensor):
+        """``[b, k, V]`` logits at ``keep``: each group's prompt once with ``share_prefix``."""
+        score = shared_logits_at if self.share_prefix else logits_at
+        return score(model, micro, keep, self.device, autocast=self.autocast)
 
     # --- scoring ----------------------------------------------------------------
 

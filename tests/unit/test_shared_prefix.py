@@ -1,0 +1,127 @@
+"""A group's shared prompt forwarded once: the same logits and gradients as per row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.trainer import TorchLearner, build_batch, micro_batches
+from agentrl.trainer._scoring import logits_at, trained_positions
+from agentrl.trainer._shared_prefix import (
+    can_share,
+    common_prefix,
+    group_micro_batches,
+    shared_logits_at,
+)
+from tests.unit.records import trajectory
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    path = tmp_path_factory.mktemp("shared")
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def grouped_batch(seed: int = 0):
+    """Three groups: two of three members sharing a 20-token prompt (then each its own
+    assistant turns, a tool result, more turns), one group of a single member."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def ids(n):
+        return torch.randint(1, VOCAB, (n,), generator=gen).tolist()
+
+    rows = []
+    for g, members in (("a", 3), ("b", 3), ("c", 1)):
+        prompt = ids(20)
+        for m in range(members):
+            turn1, tool, turn2 = ids(4 + m), ids(6), ids(3 + 2 * m)
+            tokens = prompt + turn1 + tool + turn2
+            mask = [0] * 20 + [1] * len(turn1) + [0] * len(tool) + [1] * len(turn2)
+            rows.append(
+                trajectory(
+                    mask,
+                    group=g,
+                    reward=float(m % 2) if members > 1 else 1.0,
+                    logprob=-2.0,
+                    episode_id=f"{g}{m}",
+                    token_ids=tokens,
+                    group_size=members,
+                )
+            )
+    return build_batch(rows, pad_id=0)
+
+
+def test_common_prefix_stops_at_the_first_difference_and_the_shortest_row():
+    ids = torch.tensor([[1, 2, 3, 4, 0], [1, 2, 3, 5, 6], [1, 2, 3, 4, 7]])
+    assert common_prefix(ids, torch.tensor([4, 5, 5])) == 3
+    assert common_prefix(ids[[0, 2]], torch.tensor([4, 5])) == 4
+    assert common_prefix(ids[[0, 2]], torch.tensor([2, 5])) == 2
+
+
+def test_group_micro_batches_keep_groups_together_and_within_the_budget():
+    batch = grouped_batch()
+    lengths = batch.attention_mask.sum(1)
+    micros = group_micro_batches(batch, 80)
+    seen = sorted(int(r) for m in micros for r in m.rewards.new_tensor(range(m.num_rows)))
+    assert sum(m.num_rows for m in micros) == batch.num_rows and len(seen) == batch.num_rows
+    for m in micros:
+        cost = 0
+        for g in torch.unique(m.group_index):
+            rows = (m.group_index == g).nonzero().squeeze(-1)
+            lens = m.attention_mask[rows].sum(1)
+            shared = common_prefix(m.input_ids[rows], lens)
+            cost += shared + len(rows) * (int(lens.max()) - shared)
+        assert cost <= 80 or m.num_rows == 1
+    # a group of three with a 20-token prompt and rests of 13-20 tokens: 20 + 3 x 20 = 80 fits
+    assert any(m.num_rows == 3 and len(torch.unique(m.group_index)) == 1 for m in micros)
+    assert int(lengths.max()) <= 40
+
+
+def test_shared_logits_equal_the_per_row_logits(model_dir):
+    model = TorchLearner(model_dir, kl_coef=0.0).model
+    assert can_share(model)
+    batch = grouped_batch()
+    keep = trained_positions(model, batch, torch.device("cpu"))
+    want = logits_at(model, batch, keep, torch.device("cpu"))
+    got = shared_logits_at(model, batch, keep, torch.device("cpu"))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_an_update_with_shared_prompts_has_the_unshared_gradients_and_metrics(model_dir):
+    batch = grouped_batch(1)
+    settings = dict(kl_coef=0.1, temperature=0.8, micro_batch_tokens=80)
+    plain = TorchLearner(model_dir, share_prefix=False, **settings)
+    shared = TorchLearner(model_dir, share_prefix=True, **settings)
+    assert shared.share_prefix and not plain.share_prefix
+    # the shared learner's micro-batches differ (whole groups), the sums must not
+    assert len(group_micro_batches(batch, 80)) != len(micro_batches(batch, 80))
+    want = plain.accumulate_gradients(batch)
+    got = shared.accumulate_gradients(batch)
+    for key in ("learner/loss", "learner/pg_loss", "learner/kl", "learner/entropy"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
+    for (name, p), q in zip(plain.model.named_parameters(), shared.model.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+    assert any(float(p.grad.abs().sum()) > 0 for p in shared.model.parameters())
+
+
+def test_gradient_checkpointing_turns_sharing_off(model_dir):
+    learner = TorchLearner(model_dir, gradient_checkpointing=True, share_prefix=True)
+    assert not learner.share_prefix
+    assert learner.step(grouped_batch())["learner/tokens"] > 0  # the unshared path trains

@@ -1,0 +1,158 @@
+"""A GRPO group's shared prompt forwarded once per micro-batch, not once per member.
+
+The G episodes of a group start from the same prompt (system prompt, tool schemas,
+the task's first message): 62-85% of a batch's context tokens in the levels-0+1 runs.
+Computed per row, that prompt costs G forward passes, G backward passes and G more for
+the KL reference. Here the rows of one group in a micro-batch share it:
+
+1. ``s`` = the rows' longest common prefix, kept before the first trained target of
+   the micro-batch and before the rows' last shared token (whose logits are needed);
+2. the prefix runs once (batch of 1) with the model's KV cache on; its per-layer keys
+   and values are expanded (a view, no copy) to the group's ``n`` rows;
+3. the rows' continuations run on that cache at positions ``s ..`` with the full
+   attention mask, and their logits are taken at the kept positions.
+
+The cached keys and values carry their autograd history, so the backward pass sends
+each member's gradient into the one prefix computation, summed over the members: the
+same gradient as the unshared computation, up to float summation order (a test holds
+it). The attention of the continuation over the prefix is still computed per row.
+
+Where it applies: HF Llama, Qwen2 and Mistral models (``DynamicCache``,
+``logits_to_keep``) without gradient checkpointing (HF drops the cache under it);
+anything else takes the unshared path. `group_micro_batches` packs micro-batches by
+group so a group's rows meet in one micro-batch, counting its prefix once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._batch import TrainBatch
+from ._scoring import slices_logits
+
+__all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
+
+SHARED_TYPES = ("llama", "qwen2", "mistral")
+
+MIN_SHARED = 8
+"""Prefixes shorter than this are not worth a forward pass of their own."""
+
+
+def can_share(model: torch.nn.Module) -> bool:
+    """Whether `shared_logits_at` can run ``model`` (module docstring)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SHARED_TYPES:
+        return False
+    if getattr(cfg, "sliding_window", None) is not None and getattr(
+        cfg, "use_sliding_window", True
+    ):
+        return False
+    return slices_logits(model) and not getattr(model, "is_gradient_checkpointing", False)
+
+
+def common_prefix(input_ids: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Longest prefix shared by every row of ``input_ids`` ``[n, L]`` within its real tokens."""
+    if input_ids.shape[0] == 1:
+        return int(lengths[0])
+    differ = (input_ids != input_ids[:1]).any(dim=0)
+    first = int(differ.nonzero()[0]) if bool(differ.any()) else input_ids.shape[1]
+    return min(first, int(lengths.min()))
+
+
+def _share_length(micro: TrainBatch, rows: torch.Tensor, keep: torch.Tensor) -> int:
+    lengths = micro.attention_mask[rows].sum(dim=1)
+    shared = common_prefix(micro.input_ids[rows], lengths)
+    first_kept = int(keep.min()) if keep.numel() else micro.input_ids.shape[1]
+    return max(0, min(shared - 1, first_kept))
+
+
+def shared_logits_at(
+    model: torch.nn.Module,
+    micro: TrainBatch,
+    keep: torch.Tensor,
+    device: torch.device,
+    *,
+    autocast: bool = False,
+) -> torch.Tensor:
+    """``[b, k, V]`` logits of ``model`` on ``micro`` at the ``keep`` positions, each
+    group's shared prefix computed once (`_scoring.logits_at`'s result, shared work)."""
+    from transformers import DynamicCache
+
+    ids = micro.input_ids.to(device)
+    mask = micro.attention_mask.to(device)
+    keep = keep.to(device)
+    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        for group in torch.unique(micro.group_index):
+            rows = (micro.group_index == group).nonzero().squeeze(-1)
+            s = _share_length(micro, rows, keep)
+            n = len(rows)
+            if n < 2 or s < MIN_SHARED:
+                logits = model(
+                    input_ids=ids[rows], attention_mask=mask[rows], use_cache=False,
+                    logits_to_keep=keep,
+                ).logits  # fmt: skip
+            else:
+                prefix = model(input_ids=ids[rows[:1], :s], use_cache=True, logits_to_keep=1)
+                cache = DynamicCache(
+                    ddp_cache_data=[
+                        (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+                        for layer in prefix.past_key_values.layers
+                    ],
+                    config=model.config,
+                )
+                logits = model(
+                    input_ids=ids[rows, s:],
+                    attention_mask=mask[rows],
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=keep - s,
+                ).logits
+            pieces.append((rows.to(device), logits))
+    out = pieces[0][1].new_empty((micro.num_rows, keep.numel(), pieces[0][1].shape[-1]))
+    for rows, logits in pieces:
+        out[rows] = logits
+    return out
+
+
+def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
+    """Micro-batches of whole groups where they fit, each costing its groups' shared
+    prefix once plus every row's padded rest (``max_tokens`` bounds that cost).
+
+    A group too large for one micro-batch is split into chunks (each still shares its
+    prefix); rows keep the batch's advantages (splitting never renormalises).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    lengths = batch.attention_mask.sum(dim=1)
+    chunks: list[tuple[list[int], int]] = []  # rows, cost
+    for group in torch.unique(batch.group_index):
+        rows = (batch.group_index == group).nonzero().squeeze(-1)
+        rows = rows[torch.argsort(lengths[rows], descending=True, stable=True)].tolist()
+        shared = common_prefix(batch.input_ids[rows], lengths[rows])
+        current: list[int] = []
+        for row in rows:
+            longest = int(lengths[current[0]]) if current else int(lengths[row])
+            if current and shared + (len(current) + 1) * (longest - shared) > max_tokens:
+                chunks.append((current, shared + len(current) * (longest - shared)))
+                current = []
+            current.append(row)
+        longest = int(lengths[current[0]])
+        chunks.append((current, shared + len(current) * (longest - shared)))
+    out: list[TrainBatch] = []
+    rows_now: list[int] = []
+    cost_now = 0
+    for rows, cost in chunks:
+        if rows_now and cost_now + cost > max_tokens:
+            out.append(_cut(batch, rows_now, lengths))
+            rows_now, cost_now = [], 0
+        rows_now += rows
+        cost_now += cost
+    if rows_now:
+        out.append(_cut(batch, rows_now, lengths))
+    return out
+
+
+def _cut(batch: TrainBatch, rows: list[int], lengths: torch.Tensor) -> TrainBatch:
+    index = torch.tensor(rows)
+    return batch.select(index, int(lengths[index].max()))
