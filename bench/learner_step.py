@@ -40,16 +40,23 @@ from agentrl.messages import Trajectory
 from agentrl.trainer import TorchLearner, _scoring, build_batch, resolve_model
 
 
-def synthetic_batch(episodes: int, tokens: int, turns: int, trained: float, vocab: int):
+def synthetic_batch(
+    episodes: int, tokens: int, turns: int, trained: float, vocab: int, *, shared: float = 0.0
+):
     """``episodes`` trajectories of ``tokens`` random ids; each has ``turns`` assistant
-    segments, together ``trained`` of its tokens, each after a stretch of context."""
+    segments, together ``trained`` of its tokens, each after a stretch of context. With
+    ``shared``, the first ``shared`` of each episode's tokens are its group's common prompt
+    (the same ids for the 4 members), the turns after it."""
     gen = torch.Generator().manual_seed(0)
     assistant = max(1, round(tokens * trained / turns))
-    context = max(1, (tokens - assistant * turns) // turns)
+    prompt = round(tokens * shared)
+    context = max(1, (tokens - prompt - assistant * turns) // turns)
     mask = ([0] * context + [1] * assistant) * turns
     mask = [0] * (tokens - len(mask)) + mask
+    prompts = [torch.randint(1, vocab, (prompt,), generator=gen).tolist() for _ in range(episodes)]
     out = []
     for i in range(episodes):
+        ids = prompts[i // 4] + torch.randint(1, vocab, (tokens - prompt,), generator=gen).tolist()
         reward = float(i % 2)  # groups of 4 with spread: every episode trains
         out.append(
             Trajectory(
@@ -60,7 +67,7 @@ def synthetic_batch(episodes: int, tokens: int, turns: int, trained: float, voca
                 sample_idx=i % 4,
                 group_size=4,
                 issued_version=0,
-                token_ids=torch.randint(1, vocab, (tokens,), generator=gen).tolist(),
+                token_ids=ids,
                 loss_mask=mask,
                 logprobs=[-2.0 * m for m in mask],
                 versions=[0 if m else -1 for m in mask],
@@ -76,7 +83,9 @@ def synthetic_batch(episodes: int, tokens: int, turns: int, trained: float, voca
     return build_batch(out, pad_id=0)
 
 
-def time_updates(model_dir, batch, args, *, sliced: bool, autocast: bool = False):
+def time_updates(
+    model_dir, batch, args, *, sliced=True, autocast=False, share=False, checkpointing=None
+):
     """One way: median seconds per update, the trained tokens' logprobs before the first
     update ``[B, L]``, and the weights after the first (untimed) update."""
     original = _scoring.slices_logits
@@ -86,9 +95,14 @@ def time_updates(model_dir, batch, args, *, sliced: bool, autocast: bool = False
         learner = TorchLearner(
             model_dir,
             micro_batch_tokens=args.micro_batch_tokens,
-            gradient_checkpointing=args.gradient_checkpointing,
+            gradient_checkpointing=(
+                args.gradient_checkpointing if checkpointing is None else checkpointing
+            ),
             autocast=autocast,
+            share_prefix=share,
         )
+        if share and not learner.share_prefix:
+            raise SystemExit("the shared prompt is off for this model")
         scored = learner.logprobs(batch)  # the trained tokens' logprobs: every way must agree
         batch = dataclasses.replace(batch, old_logprobs=scored)
         learner.step(batch)  # warm-up, and the update compared across ways
@@ -123,11 +137,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=True,
                         help="also time bfloat16 autocast")  # fmt: skip
+    parser.add_argument("--shared", type=float, default=0.7,
+                        help="share of each episode that is its group's common prompt")  # fmt: skip
+    parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the shared prompt (no gradient checkpointing)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
     if args.smoke:
-        args.model, args.episodes, args.tokens, args.repeats = "tiny", 2, 96, 1
+        args.model, args.episodes, args.tokens, args.repeats = "tiny", 4, 96, 1
     if not 0 < args.trained < 1:
         raise SystemExit("--trained must be between 0 and 1")
     torch.set_num_threads(args.threads)
@@ -135,10 +153,13 @@ def main() -> None:
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    batch = synthetic_batch(args.episodes, args.tokens, args.turns, args.trained, vocab)
+    batch = synthetic_batch(
+        args.episodes, args.tokens, args.turns, args.trained, vocab, shared=args.shared
+    )
     print(
         f"batch: {args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
-        f"trained; {args.threads} threads; gradient checkpointing "
+        f"trained, groups of 4 sharing the first {args.shared:.0%}; {args.threads} threads; "
+        "gradient checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}",
         flush=True,
     )
@@ -156,19 +177,24 @@ def main() -> None:
     print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
     if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
         raise SystemExit("the two ways score the trained tokens differently")
-    if args.autocast:
-        auto, scored_auto, first_auto = time_updates(
-            model_dir, batch, args, sliced=True, autocast=True
-        )
-        mask = batch.loss_mask.bool()
-        gap = (scored_auto - scored).abs()[mask]
-        tied = {k: v for k, v in base.items() if k in first}
-        print(f"bf16 autocast, trained positions: {auto:.2f} s per update", flush=True)
-        print(f"ratio bf16 autocast / float32 (trained positions): {auto / kept:.3f}")
+    mask = batch.loss_mask.bool()
+    tied = {k: v for k, v in base.items() if k in first}
+    ways = [("bf16 autocast", dict(autocast=True))] if args.autocast else []
+    if args.shared_prompt:
+        ways += [("shared prompt", dict(share=True, checkpointing=False))]
+        if args.autocast:
+            ways += [("shared prompt + bf16 autocast", dict(share=True, checkpointing=False,
+                                                           autocast=True))]  # fmt: skip
+    for label, how in ways:
+        seconds, scored_way, first_way = time_updates(model_dir, batch, args, **how)
+        gap = (scored_way - scored).abs()[mask]
+        print(f"{label}: {seconds:.2f} s per update", flush=True)
+        print(f"ratio {label} / float32 trained positions: {seconds / kept:.3f}")
         print(
-            f"bf16 autocast against float32: |d logprob| mean {float(gap.mean()):.4f} "
-            f"max {float(gap.max()):.4f} nats on {int(mask.sum())} trained tokens; first "
-            f"update {update_distance(first, first_auto, tied):.4f} of its size apart"
+            f"{label} against float32: |d logprob| mean {float(gap.mean()):.5f} "
+            f"max {float(gap.max()):.5f} nats on {int(mask.sum())} trained tokens; first "
+            f"update {update_distance(first, first_way, tied):.4f} of its size apart",
+            flush=True,
         )
 
 
