@@ -217,7 +217,16 @@ class LearnerConfig:
     """Tokens per forward/backward micro-batch (gradient accumulation)."""
     gradient_checkpointing: bool = False
     """torch backend: recompute activations in the backward pass (less memory, ~30% more
-    time); for long multi-turn contexts."""
+    time); for long multi-turn contexts. Turns share_prefix off."""
+    autocast: bool = False
+    """torch backend: forward passes in bfloat16 under torch.autocast (AMX on recent Xeons,
+    tensor cores on GPUs) while weights, gradients and AdamW stay float32 (`dtype` must be
+    float32) and the log-softmax runs in float32; the sampler engines then run in bfloat16
+    (docs/engines.md "dtype": `rollout/logprob_gap_current` is no longer ~0)."""
+    share_prefix: bool = True
+    """torch backend: a group's shared prompt is forwarded once per micro-batch for the
+    policy and the reference, the same gradients as per row (trainer/_shared_prefix.py);
+    Llama/Qwen2/Mistral models without gradient checkpointing, else off."""
     device: str = "cpu"
     """Where the learner computes: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch sees
     one). The megatron backend puts rank r on GPU r of its node. Sampler pools use the same
@@ -225,6 +234,11 @@ class LearnerConfig:
     dtype: str = "float32"
     """Weights and compute dtype of the learner, and of every sampler engine (float32,
     bfloat16 or float16; docs/engines.md "dtype")."""
+
+    @property
+    def engine_dtype(self) -> str:
+        """The sampler engines' dtype: bfloat16 under `autocast`, else `dtype`."""
+        return "bfloat16" if self.autocast else self.dtype
     keep_checkpoints: int = 0
     """Checkpoint directories kept on disk; 0 keeps all."""
 
@@ -465,6 +479,10 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("learner.is_cap: must be >= 1 (or null: no truncation)")
     if ln.dtype not in ("float32", "bfloat16", "float16"):
         problems.append("learner.dtype: must be float32, bfloat16 or float16")
+    if ln.autocast and (ln.dtype != "float32" or ln.backend != "torch"):
+        problems.append(
+            "learner.autocast: needs dtype float32 (its master weights) and backend torch"
+        )
     if (problem := device_problem(ln.device)) is not None:
         problems.append(f"learner.device: {problem}")
     for name, pool in cfg.pools.items():

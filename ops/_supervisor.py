@@ -458,6 +458,8 @@ class Supervisor:
             warmup_steps=ln.warmup_steps,
             micro_batch_tokens=ln.micro_batch_tokens,
             gradient_checkpointing=ln.gradient_checkpointing,
+            autocast=ln.autocast,
+            share_prefix=ln.share_prefix,
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,
@@ -507,7 +509,7 @@ class Supervisor:
             version,
             max_batch,
             device=device,
-            dtype=self.cfg.learner.dtype,
+            dtype=self.cfg.learner.engine_dtype,
             seed=self.cfg.seed,
             prefix_cache_tokens=prefix_cache_tokens,
         )
@@ -519,7 +521,7 @@ class Supervisor:
         return VLLMEngine(
             weights,
             device=device,
-            dtype=ln.dtype,
+            dtype=ln.engine_dtype,
             max_batch=max_batch,
             seed=self.cfg.seed,
             version=version,
