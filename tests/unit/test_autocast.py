@@ -52,3 +52,16 @@ def test_an_autocast_update_keeps_float32_state_and_matches_float32(model_dir): 
     dv = torch.cat([(b[k] - before[k]).flatten() for k in a])
     cosine = float(du @ dv / (du.norm() * dv.norm()))
     assert cosine > 0.95, cosine
+
+
+def test_the_config_wires_autocast_to_bfloat16_engines_and_refuses_other_masters():
+    from agentrl.ops import ConfigError, parse_config
+
+    base = {"run": "r", "tasks": {"calculator": {}}}
+    cfg = parse_config({**base, "learner": {"autocast": True}})
+    assert cfg.learner.autocast and cfg.learner.share_prefix
+    assert cfg.learner.engine_dtype == "bfloat16" and cfg.learner.dtype == "float32"
+    assert parse_config(base).learner.engine_dtype == "float32"
+    for bad in ({"autocast": True, "dtype": "bfloat16"}, {"autocast": True, "backend": "megatron"}):
+        with pytest.raises(ConfigError, match=r"learner\.autocast: needs dtype float32"):
+            parse_config({**base, "learner": bad})
