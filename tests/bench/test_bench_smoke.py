@@ -65,6 +65,10 @@ FIGURES = {
         r"logits at every position: +[\d.]+ s per update",
         r"logits at trained positions: +[\d.]+ s per update",
         r"ratio trained-only / every position: [\d.]+",
+        r"bf16 autocast: [\d.]+ s per update",
+        r"ratio shared prompt / float32 trained positions: [\d.]+",
+        r"ratio shared prompt \+ bf16 autocast / float32 trained positions: [\d.]+",
+        r"shared prompt against float32: \|d logprob\| mean 0\.0000\d",
     ],
     "learning.py": [
         r"\[full\] warm start: 1 steps in \d+ s",
