@@ -58,6 +58,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import LearnerBackend, build_batch
 
+from ._checkpoint import commit, partial_dir, remove_partials
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
 from ._ledger import DROPPED_FILE, append_lines, read_lines
@@ -125,11 +126,16 @@ class LearnerActor(pykka.ThreadingActor):
         first_version: int = 0,
         ledger_dir: Path | None = None,
         drop_flat_groups: bool = False,
+        disk_problem: Callable[[], str | None] | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         """``max_steps`` counts the run's RL updates, ``version - first_version`` (the
         warm start's version, or 0), over every process of the run: a learner restarted
         at v4 of ``max_steps: 6`` trains two more. ``ledger_dir``: where the drops go
-        (`_ledger`); the dropped totals continue from it after a restart."""
+        (`_ledger`); the dropped totals continue from it after a restart.
+        ``disk_problem()``: asked before each checkpoint; a line (the disk cannot take it)
+        stops the run cleanly before anything of that update is written, and goes to
+        ``on_fatal``. ``keep_checkpoints``: the newest kept (0 keeps all)."""
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
         self._broker = broker
@@ -155,6 +161,8 @@ class LearnerActor(pykka.ThreadingActor):
         self._on_batch = on_batch
         self._done = done or threading.Event()
         self._keep = keep_checkpoints
+        self._disk_problem = disk_problem
+        self._on_fatal = on_fatal
         self._groups: dict[str, _Group] = {}
         self._seen: set[str] = set()
         self._to_ack: list[Delivery] = []
@@ -186,6 +194,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._heartbeat: HeartbeatSender | None = None
 
     def on_start(self) -> None:
+        remove_partials(self._ckpt_dir)
         self._backend = self._backend_factory()
         self._transport = connect(self._broker, name=f"{self._spec.run}-learner")
         declare(self._transport, self._spec)
@@ -395,6 +404,10 @@ class LearnerActor(pykka.ThreadingActor):
         }
 
     def _train(self, batch: list[Trajectory], used: list[Delivery], untrained=()) -> None:
+        problem = self._disk_problem() if self._disk_problem is not None else None
+        if problem:  # before the step: nothing of this update is written, nothing acked
+            self._stop_run(problem)
+            return
         start = time.monotonic()
         idle = start - self._last_step_end
         train = build_batch(
@@ -417,10 +430,18 @@ class LearnerActor(pykka.ThreadingActor):
         journal_groups(
             self._journal, version, {t.group_id for t in batch}, [t.episode_id for t in batch]
         )
-        digest = self._backend.save(path)
+        partial = partial_dir(self._ckpt_dir, version)
+        if partial.exists():
+            shutil.rmtree(partial)
+        digest = self._backend.save(partial)
         if self._drops is not None:  # the members acked with the batch but not trained
             append_lines(self._drops, [{**u, "version": version} for u in untrained])
-        saved = time.monotonic()
+        saved = end = time.monotonic()
+        metrics = self._update_metrics(batch, stats, version, start, trained, saved, idle)
+        self._last_step_end = end
+        commit(partial, path, {"time": time.time(), **metrics})  # the row lives or dies with it
+        if self._on_metrics is not None:
+            self._on_metrics(metrics)
         ready = CheckpointReady(
             version=version, uri=str(path), digest=digest, created_at=time.time()
         )
@@ -436,11 +457,22 @@ class LearnerActor(pykka.ThreadingActor):
         horizon = version - self._hard - 1  # older copies would be dropped as stale
         self._trained_episodes = {e: v for e, v in self._trained_episodes.items() if v >= horizon}
         self._prune_checkpoints()
-        end = time.monotonic()
+        self._log.info(
+            "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)
+        )
+        self._report(metrics)
+        if self._on_batch is not None:
+            self._on_batch(version, batch)
+        self._stop_at_max_steps()
+
+    def _update_metrics(
+        self, batch, stats, version: int, start: float, trained: float, end: float, idle: float
+    ) -> dict[str, float]:
+        """The metrics row of the update into ``version`` (written with its checkpoint)."""
         metrics = {
             "version": float(version),
             "learner/step_time": trained - start,
-            "learner/save_time": saved - trained,
+            "learner/save_time": end - trained,
             "learner/idle_time": idle,
             "learner/idle_ratio": idle / max(end - self._last_step_end, 1e-9),
             **self._drop_metrics(),
@@ -455,16 +487,16 @@ class LearnerActor(pykka.ThreadingActor):
                 metrics[f"env/{task}/flat_groups_succeeded"] = float(self._flat_succeeded[task])
             self._flat.clear()
             self._flat_succeeded.clear()
-        self._last_step_end = end
-        self._log.info(
-            "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)
-        )
-        self._report(metrics)
-        if self._on_metrics is not None:
-            self._on_metrics(metrics)
-        if self._on_batch is not None:
-            self._on_batch(version, batch)
-        self._stop_at_max_steps()
+        return metrics
+
+    def _stop_run(self, reason: str) -> None:
+        """The learner cannot go on (``reason``, one line): ask every node to stop."""
+        self._log.error(reason)
+        if self._on_fatal is not None:
+            self._on_fatal(reason)
+        body = encode(ControlCommand(command="shutdown", reason=reason), run=self._spec.run)
+        broadcast(self._transport, self._names.control, "command.shutdown", body)
+        self._done.set()
 
     def _stop_at_max_steps(self) -> None:
         """At ``max_steps`` RL updates of the run: ask every node to stop."""

@@ -234,13 +234,14 @@ class LearnerConfig:
     dtype: str = "float32"
     """Weights and compute dtype of the learner, and of every sampler engine (float32,
     bfloat16 or float16; docs/engines.md "dtype")."""
+    keep_checkpoints: int = 5
+    """Checkpoint directories kept on disk, newest first (0 keeps all). The learner state
+    (AdamW moments, twice a checkpoint's size) is kept for the newest 2 versions."""
 
     @property
     def engine_dtype(self) -> str:
         """The sampler engines' dtype: bfloat16 under `autocast`, else `dtype`."""
         return "bfloat16" if self.autocast else self.dtype
-    keep_checkpoints: int = 0
-    """Checkpoint directories kept on disk; 0 keeps all."""
 
 
 @dataclass(frozen=True)
@@ -467,6 +468,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
     for key in ("tp", "pp", "dp", "state_every"):
         if getattr(ln.megatron, key) < 1:
             problems.append(f"learner.megatron.{key}: must be >= 1")
+    if ln.keep_checkpoints < 0:
+        problems.append("learner.keep_checkpoints: must be >= 0 (0 keeps all)")
     if ln.megatron.keep_states < 0:
         problems.append("learner.megatron.keep_states: must be >= 0 (0 keeps all)")
     if ln.lr <= 0:

@@ -461,22 +461,28 @@ def test_learner_acks_only_after_the_checkpoint(broker, spec, client, tmp_path):
 
 
 def test_a_learner_resumed_after_its_checkpoint_skips_the_unacked_replay(
-    broker, spec, client, tmp_path
+    broker, spec, client, tmp_path, monkeypatch
 ):
-    """Dies after checkpoint 1 is complete but before the acks: the restarted learner (at
-    version 1) acks the redelivered group without training it again; the next groups train."""
+    """Dies after checkpoint 1 is complete (committed) but before the announcement and the
+    acks: the restarted learner (at version 1) acks the redelivered group without training
+    it again; the next groups train."""
+    from agentrl.actors import _learner
+
     names = Topology(spec.run)
+    real = _learner.broadcast
 
-    class DiesAfterSaving(FakeBackend):
-        def save(self, out_dir):
-            super().save(out_dir)
+    def broadcast(transport, exchange, key, body):
+        if exchange == names.checkpoints:
             raise RuntimeError("killed after the checkpoint, before the acks")
+        return real(transport, exchange, key, body)
 
-    ref, _, _ = start_learner(broker, spec, tmp_path, DiesAfterSaving())
+    monkeypatch.setattr(_learner, "broadcast", broadcast)
+    ref, _, _ = start_learner(broker, spec, tmp_path, FakeBackend())
     publish_trajs(client, spec, [trajectory("g1", 0, reward=0.0), trajectory("g1", 1, reward=1.0)])
     wait_for(lambda: not ref.is_alive(), what="learner death")
     wait_for(lambda: client.queue_depth(names.trajectories) == 2, what="g1 back on the queue")
     assert (tmp_path / "ckpt" / "v000001" / "DIGEST").exists()
+    monkeypatch.setattr(_learner, "broadcast", real)
 
     backend = FakeBackend()
     done = threading.Event()

@@ -1,0 +1,151 @@
+"""A checkpoint is committed whole with its metrics row, a full disk stops the run before
+the write, and Ctrl-C drains on the first signal and aborts on the second."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections import namedtuple
+
+import pytest
+
+from agentrl.actors import LearnerActor
+from agentrl.actors import _learner as learner_module
+from agentrl.actors._checkpoint import METRICS_FILE, missing_rows
+from agentrl.actors._fakes import FakeBackend
+from agentrl.ops import _disk
+from agentrl.ops._disk import DiskCheck
+from agentrl.ops._interrupt import ABORT_EXIT, Interrupts
+from tests.unit.test_actors import publish_trajs, trajectory, wait_for
+
+pytestmark = pytest.mark.usefixtures("stop_actors")
+
+
+def _learner(broker, spec, tmp_path, **kwargs):
+    done = threading.Event()
+    metrics: list[dict] = []
+    ref = LearnerActor.start(
+        broker=broker, topology=spec, backend_factory=FakeBackend,
+        checkpoint_dir=tmp_path / "ckpt", start_version=0, group_size=2, groups_per_batch=1,
+        hard_staleness=8, prefetch=64, pad_id=0, on_metrics=metrics.append, done=done,
+        **kwargs,
+    )  # fmt: skip
+    return ref, done, metrics
+
+
+def _group(client, spec, name):
+    publish_trajs(client, spec, [trajectory(name, 0, reward=0.0), trajectory(name, 1, reward=1.0)])
+
+
+def test_a_death_between_checkpoint_and_broadcast_loses_no_metrics_row(
+    broker, spec, client, tmp_path, monkeypatch
+):
+    """Issue 29: a learner that died after its checkpoint, before the announcement, never
+    wrote that version's row. The row is in the checkpoint; the next start appends it once."""
+    real = learner_module.broadcast
+    died = threading.Event()
+
+    def broadcast(transport, exchange, key, body):
+        if exchange.endswith("checkpoints"):  # the learner dies here (the actor fails)
+            died.set()
+            raise RuntimeError("killed between checkpoint and broadcast")
+        return real(transport, exchange, key, body)
+
+    monkeypatch.setattr(learner_module, "broadcast", broadcast)
+    ref, _, _ = _learner(broker, spec, tmp_path, on_fatal=None)
+    _group(client, spec, "g1")
+    wait_for(died.is_set, what="the death")
+    wait_for(lambda: not ref.is_alive(), what="the learner's end")
+    ckpt = tmp_path / "ckpt" / "v000001"
+    assert (ckpt / "DIGEST").exists()
+    metrics_path = tmp_path / "metrics.jsonl"  # what the supervisor had written: no v1 row
+    metrics_path.write_text("")
+    rows = missing_rows(tmp_path / "ckpt", metrics_path)
+    assert [r["version"] for r in rows] == [1.0]
+    assert rows[0]["learner/step_time"] >= 0 and "time" in rows[0]
+    with metrics_path.open("a") as fh:  # what the restarted supervisor does with them
+        fh.write(json.dumps(rows[0]) + "\n")
+    assert missing_rows(tmp_path / "ckpt", metrics_path) == []  # resumed again: not twice
+
+
+def test_every_committed_checkpoint_carries_its_row_and_no_partial_is_left(
+    broker, spec, client, tmp_path
+):
+    _, done, metrics = _learner(broker, spec, tmp_path, max_steps=2)
+    _group(client, spec, "g1")
+    _group(client, spec, "g2")
+    assert done.wait(20)
+    for version in (1, 2):
+        row = json.loads((tmp_path / "ckpt" / f"v{version:06d}" / METRICS_FILE).read_text())
+        assert row["version"] == version
+        assert {k: v for k, v in row.items() if k != "time"} == metrics[version - 1]
+    assert not list((tmp_path / "ckpt").glob(".*partial"))
+
+
+def test_a_partial_checkpoint_is_removed_at_start(broker, spec, tmp_path):
+    partial = tmp_path / "ckpt" / ".v000003.partial"
+    partial.mkdir(parents=True)
+    (partial / "model.safetensors").write_bytes(b"cut")
+    ref, _, _ = _learner(broker, spec, tmp_path)
+    wait_for(lambda: not partial.exists(), what="the partial's removal")
+    ref.stop()
+
+
+def test_a_full_disk_stops_the_run_before_the_checkpoint(broker, spec, client, tmp_path):
+    said: list[str] = []
+    line = "disk full: 1 MiB free"
+    _ref, done, metrics = _learner(
+        broker, spec, tmp_path, disk_problem=lambda: line, on_fatal=said.append
+    )
+    _group(client, spec, "g1")
+    assert done.wait(20)
+    assert said == [line] and metrics == []
+    assert not list((tmp_path / "ckpt").glob("*v0*"))  # nothing of the update written
+
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def test_disk_check_needs_the_newest_checkpoint_and_its_state(tmp_path, monkeypatch):
+    ckpt, state = tmp_path / "ckpt", tmp_path / "state"
+    (ckpt / "v000001").mkdir(parents=True)
+    (ckpt / "v000001" / "model.safetensors").write_bytes(b"x" * 1000)
+    (ckpt / "v000002").mkdir()
+    (ckpt / "v000002" / "model.safetensors").write_bytes(b"x" * 3000)
+    (state / "v000002").mkdir(parents=True)
+    (state / "v000002" / "optimizer.pt").write_bytes(b"x" * 6000)
+    check = DiskCheck(ckpt, state_dir=state, margin=100)
+    assert check.needed() == 3000 + 6000 + 100  # the newest of each, plus the margin
+    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9100))
+    assert check.problem() is None
+    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9099))
+    problem = check.problem()
+    assert problem.startswith("disk full:") and "keep_checkpoints" in problem
+    assert "\n" not in problem
+
+
+def test_disk_check_estimates_the_first_checkpoint_from_the_model(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"x" * 500)
+    check = DiskCheck(tmp_path / "ckpt", model_dir=model, state_dir=tmp_path / "s", margin=0)
+    assert check.needed() == 500 + 2 * 500  # weights, and AdamW's two moments
+
+
+def test_keep_checkpoints_is_bounded_by_default():
+    from agentrl.ops._config import LearnerConfig
+
+    assert LearnerConfig().keep_checkpoints == 5
+
+
+def test_the_first_signal_drains_and_says_what_it_waits_for_the_second_aborts(capsys):
+    done, aborted = threading.Event(), []
+    interrupts = Interrupts(done, "the learner's update", abort=aborted.append)
+    interrupts(signal.SIGINT)
+    assert done.is_set() and aborted == []
+    err = capsys.readouterr().err
+    assert "SIGINT: stopping; waiting for the learner's update" in err and "again" in err
+    interrupts(signal.SIGTERM)
+    assert aborted == [ABORT_EXIT]
+    assert "SIGTERM again: aborted" in capsys.readouterr().err
