@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -37,6 +36,7 @@ from agentrl.actors import (
     decode_or_dead_letter,
     subscribe,
 )
+from agentrl.actors._checkpoint import missing_rows
 from agentrl.actors._env_registry import RegistryTimes
 from agentrl.actors._ledger import LEDGER_DIR
 from agentrl.actors.engines.vllm.engine import VLLMEngine
@@ -54,7 +54,6 @@ from agentrl.messages import (
     connect,
     encode,
 )
-from agentrl.messages._support import RESOURCE_LOCKED
 from agentrl.trainer import (
     LearnerBackend,
     TorchLearner,
@@ -64,7 +63,12 @@ from agentrl.trainer import (
 )
 
 from ._config import RunConfig
+from ._disk import DiskCheck
+from ._interrupt import Interrupts
+from ._node import FATAL_EXIT
+from ._preflight import check_models
 from ._progress import EpisodeTally, Progress, format_summary
+from ._run_lock import LOCK_WAIT, RunLock, RunLocked, hold_run_lock, take_learner_lock
 from ._tensorboard import EventWriter
 from ._warmstart import kl_reference, read_warm_start
 
@@ -134,6 +138,7 @@ class Supervisor:
         make_backend: Callable[[Path, int], LearnerBackend] | None = None,
         node: str | None = None,
         fresh: bool | None = None,
+        run_lock: RunLock | None = None,
     ) -> None:
         """Run `roles` of `cfg` on this node.
 
@@ -141,7 +146,8 @@ class Supervisor:
         replace every pool's engine (its `engine`: torch or vllm) and the torch learner (the
         scheduling benchmark plugs in simulated ones). `fresh`: this is the first start of
         the run, so a learner here first deletes an earlier same-named run's queues (default:
-        no earlier start left its config in the run directory).
+        no earlier start left its config in the run directory). `run_lock`: the run
+        directory's lock, already taken by the caller (else `run` takes it for a learner).
         """
         unknown = set(roles) - set(ROLES)
         if unknown:
@@ -166,23 +172,38 @@ class Supervisor:
         self.stop_failed = False
         """An actor did not stop within its timeout (logged; `run` then returns 1)."""
         self._lock: Transport | None = None
+        self._run_lock = run_lock
+        self.fatal: str | None = None
+        """Why the learner stopped the run when it could not go on (a full disk), in words."""
         self.fresh = earlier_start(cfg.run_dir) is None if fresh is None else fresh
 
     # --- entry point -------------------------------------------------------------------
 
     def run(self, progress_every: float = 10.0, install_signals: bool = True) -> int:
+        """Start, watch until done, stop; the exit status (FATAL_EXIT when the learner
+        stopped the run for good, e.g. a full disk). Raises ModelError (a model that cannot
+        be resolved) or RunLocked (the run is live elsewhere) before anything is written."""
         cfg = self.cfg
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_config(cfg.run_dir, yaml.safe_dump(_redacted(cfg), sort_keys=False))
-        if install_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: self.done.set())
+        check_models(cfg)  # before anything is written: a wrong model leaves no run behind
         failed = False
         try:
+            if "learner" in self.roles and self._run_lock is None:
+                self._run_lock = hold_run_lock(cfg.run_dir, cfg.run)
+            cfg.run_dir.mkdir(parents=True, exist_ok=True)
+            _write_config(cfg.run_dir, yaml.safe_dump(_redacted(cfg), sort_keys=False))
+            if install_signals:
+                waits = (
+                    "the learner to finish its update and write its checkpoint"
+                    if ("learner" in self.roles)
+                    else "the actors to finish their current step"
+                )
+                Interrupts(self.done, waits).install()
             self._start()
             failed = self._watch(progress_every)
         finally:
             self.stop()
+        if self.fatal:
+            return FATAL_EXIT
         return 1 if failed or self.stop_failed else 0
 
     def _start(self) -> None:
@@ -373,13 +394,17 @@ class Supervisor:
         metrics_path = cfg.run_dir / "metrics.jsonl"
         events = EventWriter(cfg.run_dir / "tensorboard")
 
-        def on_metrics(values: dict[str, float]) -> None:
-            now = time.time()
+        def on_metrics(values: dict[str, float], now: float | None = None) -> None:
+            now = time.time() if now is None else now
             with self._metrics_lock:
                 self.last_metrics = dict(values)
             with metrics_path.open("a") as fh:
                 fh.write(json.dumps({"time": now, **values}) + "\n")
             events.add_scalars(int(values.get("version", 0)), values, wall_time=now)
+
+        for row in missing_rows(cfg.run_dir / "checkpoints", metrics_path):
+            log.info("metrics row recovered from its checkpoint", version=row.get("version"))
+            on_metrics({k: v for k, v in row.items() if k != "time"}, row.get("time"))
 
         samples_path = cfg.run_dir / "samples.jsonl"
 
@@ -422,7 +447,17 @@ class Supervisor:
             done=self.done,
             keep_checkpoints=ln.keep_checkpoints,
             node=self.node,
+            disk_problem=DiskCheck(
+                cfg.run_dir / "checkpoints",
+                model_dir=resolve_model(cfg.model),
+                state_dir=cfg.run_dir / "learner_state",
+            ).problem,
+            on_fatal=self._fatal,
         )
+
+    def _fatal(self, reason: str) -> None:
+        """The learner stopped the run for good (actor thread): said once more at the end."""
+        self.fatal = reason
 
     def _first_version(self) -> int:
         """The version RL began at: the warm start's, or 0."""
@@ -590,6 +625,11 @@ class Supervisor:
         if self._lock is not None:  # last: the learner has stopped
             self._lock, lock = None, self._lock
             lock.close()
+        if self._run_lock is not None:
+            self._run_lock, run_lock = None, self._run_lock
+            run_lock.close()
+        if self.fatal:  # the last line: why the run stopped
+            print(f"agentrl-supervisor: {self.fatal}", file=sys.stderr, flush=True)
 
 
 def clear_leftovers(broker: str, run: str) -> None:
@@ -634,48 +674,6 @@ def _write_config(run_dir: Path, text: str) -> None:
         path.rename(run_dir / f"config.{n}.yaml")
         log.warning("resumed with another config; the earlier one kept", kept=f"config.{n}.yaml")
     path.write_text(text)
-
-
-class RunLocked(RuntimeError):
-    """Raised when another learner already holds the run (see `take_learner_lock`)."""
-
-
-def learner_lock_queue(run: str) -> str:
-    return f"{run}.learner-lock"
-
-
-def take_learner_lock(broker: str, run: str, node: str, wait: float = 0.0) -> Transport:
-    """Hold ``run``'s learner lock: an exclusive queue on the broker, owned by the returned
-    connection (close it to release). The broker drops the queue with the connection, so a
-    learner that dies (even SIGKILL) frees the lock; a second learner of the same run, on
-    any host, is refused with `RunLocked` instead of training into the same checkpoints.
-    A lock still held is tried again for up to ``wait`` seconds (a restarted learner whose
-    predecessor's connection the broker has not dropped yet)."""
-    deadline = time.monotonic() + wait
-    while True:
-        transport = connect(broker, name=f"{run}-{node}-learner-lock")
-        try:
-            transport.declare_queue(learner_lock_queue(run), exclusive=True, dead_letter=False)
-            return transport
-        except BrokerRefused as exc:
-            transport.close()
-            if exc.reply_code != RESOURCE_LOCKED:
-                raise
-            if time.monotonic() >= deadline:
-                raise RunLocked(
-                    f"run {run!r} already has a learner (its lock queue "
-                    f"{learner_lock_queue(run)!r} is held): stop that run first, "
-                    "or choose another --run"
-                ) from exc
-            log.info("the run's learner lock is held; waiting", run=run)
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        except BaseException:
-            transport.close()
-            raise
-
-
-LOCK_WAIT = 30.0
-"""Seconds a starting learner waits for a held lock before `RunLocked`."""
 
 
 STOP_TIMEOUT = 60.0

@@ -304,8 +304,12 @@ def _start(args: argparse.Namespace, argv: list[str]) -> int:
     if in_process:
         configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
         die_with_node()  # a role of a node supervisor: its node's death is a drain
-        supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh, run_lock=run_lock)
-        return supervisor.run(progress_every=args.progress_every)
+        try:
+            supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh, run_lock=run_lock)
+            return supervisor.run(progress_every=args.progress_every)
+        finally:
+            if run_lock is not None:  # released by the supervisor's stop, or here
+                run_lock.close()
     configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node, role="node")
     if "learner" in roles:  # a run with a learner already: refused before anything changes
         try:

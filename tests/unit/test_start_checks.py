@@ -1,0 +1,73 @@
+"""A start checks what it can before it writes anything, and every error it meets is one
+line (exit 2 for what a retry cannot fix) unless --debug asks for the traceback."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+
+import pytest
+import yaml
+
+from agentrl.ops import _supervisor
+from agentrl.ops.cli import main
+
+
+def _config(tmp_path, **overrides):
+    path = tmp_path / "run.yaml"
+    raw = {
+        "model": "tiny",
+        "run": "checked",
+        "broker": f"memory://checks-{uuid.uuid4().hex[:6]}",
+        "output_dir": str(tmp_path / "runs"),
+        "tasks": {"calculator": {}},
+    }
+    path.write_text(yaml.safe_dump({**raw, **overrides}))
+    return path
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_a_missing_model_is_refused_before_the_run_directory_exists(tmp_path, capsys):
+    config = _config(tmp_path, model=str(tmp_path / "no-such-model"))
+    assert main(["start", "--config", str(config)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "no-such-model" in line and "does not exist" in line
+    assert not (tmp_path / "runs").exists()  # the corrected config starts the run, no "exists"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens
+
+
+def test_an_unreachable_broker_is_one_line_and_exit_2_in_seconds(tmp_path, capsys):
+    broker = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/"
+    config = _config(tmp_path, broker=broker)
+    start = time.monotonic()
+    assert main(["start", "--config", str(config), "--log-level", "error"]) == 2
+    assert time.monotonic() - start < 12  # the probe's 5 s, not two 15 s loops
+    line = _one_line(capsys.readouterr().err)
+    assert "no broker answered" in line and "RabbitMQ" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the engine broke")
+
+    monkeypatch.setattr(_supervisor.Supervisor, "run", broken)
+    monkeypatch.setattr("agentrl.ops.cli.configure_logging", lambda *a, **k: None)
+    config = _config(tmp_path)
+    assert main(["start", "--config", str(config)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "RuntimeError: the engine broke" in line and "--debug" in line
+    with pytest.raises(RuntimeError, match="the engine broke"):
+        main(["start", "--config", str(config), "--debug"])
