@@ -268,17 +268,28 @@ def test_a_container_that_fails_to_start_is_removed(monkeypatch):
             self.removed = True
 
     class Containers:
-        def create(self, image, **kwargs):
-            made.append(Container())
+        def get(self, container_id):
             return made[-1]
 
-        def run(self, image, **kwargs):
-            container = self.create(image, **kwargs)
-            container.start()
-            return container
+    class Api:  # the low-level API DockerSandbox creates containers with
+        base_url = "fake://engine"
+
+        def create_host_config(self, **kwargs):
+            return dict(kwargs)
+
+        def create_container(self, image, **kwargs):
+            made.append(Container())
+            return {"Id": made[-1].id}
 
     class Client:
         containers = Containers()
+        api = Api()
+
+        def version(self):
+            return {"Components": [{"Name": "Podman Engine"}]}
+
+        def info(self):
+            return {"Driver": "overlay", "DriverStatus": [["Backing Filesystem", "xfs"]]}
 
         def close(self):
             pass
