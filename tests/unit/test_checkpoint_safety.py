@@ -149,3 +149,19 @@ def test_the_first_signal_drains_and_says_what_it_waits_for_the_second_aborts(ca
     interrupts(signal.SIGTERM)
     assert aborted == [ABORT_EXIT]
     assert "SIGTERM again: aborted" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_on_a_full_disk_stops_with_one_line_and_exit_2(tmp_path, monkeypatch, capfd):
+    import uuid
+
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    raw = smoke_config(tmp_path, f"memory://full-{uuid.uuid4().hex[:6]}", "full", steps=2)
+    cfg = parse_config(raw)
+    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**9, 10**9, 1 << 20))
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 2
+    last = capfd.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("agentrl-supervisor: disk full: 1 MiB free")
+    assert not list((cfg.run_dir / "checkpoints").glob("*v0*"))  # nothing written
