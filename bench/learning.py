@@ -153,6 +153,9 @@ def evaluate(
     rollout = cfg.get("rollout", {})
     argv = ["eval", "--checkpoint", weights, "--tasks", ",".join(tasks)]
     argv += ["--episodes", str(args.eval_episodes), "--runs", str(args.eval_runs)]
+    for name, count in test_instances(tasks).items():  # every instance where there are fewer
+        if count < args.eval_episodes:
+            argv += ["--task-episodes", f"{name}={count}"]
     argv += ["--seed", str(args.seed), "--out", str(out)]
     for flag, key in (("--temperature", "temperature"), ("--max-turns", "max_turns"),
                       ("--max-tokens", "max_tokens"), ("--max-new-tokens", "max_new_tokens"),
@@ -170,10 +173,25 @@ def evaluate(
     return summary(report, weights, time.monotonic() - start, ["agentrl", *argv])
 
 
+def test_instances(tasks: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Instances of each task's test split (as `agentrl eval` builds it)."""
+    from agentrl.environments import make_task
+    from agentrl.ops._eval import with_split
+
+    options, _ = with_split(tasks)
+    return {name: make_task(name, **opts).num_instances for name, opts in options.items()}
+
+
+OUTCOME_KEYS = ("task", "options", "runs", "episodes", "solved_per_instance")
+"""What an arm keeps of each task's eval result: enough for `agentrl compare`'s paired
+comparison of any two evaluations (`ops._compare.compare_reports`)."""
+
+
 def summary(report: dict, checkpoint: str, seconds: float, argv: list[str]) -> dict[str, Any]:
     """What an arm keeps of an ``agentrl eval --out`` report."""
     tasks = report["tasks"].items()
     return {
+        "outcomes": {"tasks": {t: {k: r[k] for k in OUTCOME_KEYS} for t, r in tasks}},
         "checkpoint": checkpoint,
         "seconds": seconds,
         "argv": argv,
@@ -526,7 +544,9 @@ def main() -> None:
         "--base-eval", type=Path, help="reuse this `agentrl eval --out` JSON of the base model"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-episodes", type=int, default=16, help="test instances per task")
+    parser.add_argument("--eval-episodes", type=int, default=100,
+                        help="test instances per task (every one where a task has fewer); "
+                        "the same instances before and after, compared pairwise")  # fmt: skip
     parser.add_argument("--eval-runs", type=int, default=1)
     parser.add_argument("--eval-every", type=int, default=10, help="also evaluate v%%N==0")
     parser.add_argument("--drain-timeout", type=float, default=600.0, help="seconds after SIGTERM")

@@ -25,6 +25,7 @@ __all__ = [
     "load_results",
     "markdown_table",
     "mean_standard_error",
+    "paired_table",
     "signal_table",
     "write_report",
 ]
@@ -271,10 +272,41 @@ def plot(arms: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def paired_table(arms: dict[str, dict[str, Any]]) -> str:
+    """Per arm and task, RL's change on the same test instances with its paired-bootstrap
+    95% interval (`agentrl compare`), and the mean over tasks; arms whose results predate
+    the kept outcomes are left out."""
+    from agentrl.ops._compare import compare_reports
+
+    lines = [
+        "| arm | task | instances | before | after | Δ | 95% CI (paired bootstrap) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name, arm in arms.items():
+        evals = arm.get("eval", {})
+        before = evals.get(str(arm["before_version"]), {}).get("outcomes")
+        after = evals.get(str(arm["after_version"]), {}).get("outcomes")
+        if not (before and after):
+            continue
+        comparison = compare_reports(before, after, resamples=10_000, seed=0)
+        for c in (*comparison.tasks, comparison.mean):
+            task = "**mean**" if c is comparison.mean else c.task
+            lines.append(
+                f"| {name} | {task} | {c.instances} | {c.before:.3f} | {c.after:.3f} | "
+                f"{c.delta:+.3f} | [{c.low:+.3f}, {c.high:+.3f}] |"
+            )
+    if len(lines) == 2:
+        return ""
+    return "\n".join(lines) + "\n"
+
+
 def write_report(results: Path) -> ReportFiles:
     """Write ``learning.md`` and ``learning.png`` into ``results``."""
     arms = load_results(results)
     table = markdown_table(arms)
+    paired = paired_table(arms)
+    if paired:
+        table += "\n" + paired
     signal = signal_table(results, arms)
     if signal:
         table += "\n" + signal

@@ -76,6 +76,8 @@ FIGURES = {
         r"\[full\] RL: \d+ updates in \d+ s \(steps\)",
         r"\| \*\*mean\*\* \| (?:[\d.]+|n/a) \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \|",
         r"\| full \| \d+ \| \d+ \| \d+ \| \d+ \| .+ \| \d+ \| (?:[\d.]+|nan) \|",  # signal
+        r"\| full \| \*\*mean\*\* \| \d+ \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| "  # paired
+        r"\[[+-][\d.]+, [+-][\d.]+\] \|",
         r"plot: \d+ bytes",
     ],
 }
