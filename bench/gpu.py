@@ -11,8 +11,10 @@ Prints what it ran on (device, torch, CUDA), then:
    full length, single-turn and agent-episode workloads (that script's docstring says
    how each side runs).
 2. **Learner**: seconds per GRPO update of `TorchLearner` (policy forward and backward,
-   the KL reference's forward, AdamW) in float32 and in bfloat16 (weights, AdamW state
-   and compute in bfloat16) at two batch sizes (``--batches``: EPISODESxTOKENS, 12% of
+   the KL reference's forward, AdamW) in float32, in bfloat16 (weights, AdamW state and
+   compute in bfloat16), under bfloat16 autocast (float32 masters), and under autocast on
+   episodes whose groups of 4 share their first 70% (the shared prompt forwarded once,
+   `learner.share_prefix`) at two batch sizes (``--batches``: EPISODESxTOKENS, 12% of
    each episode's tokens trained, as `bench/learner_step.py` builds them), the median
    of ``--repeats`` updates after one warm-up, and the peak GPU memory of each.
 3. **Megatron**: seconds per update of `MegatronLearner` (TP = PP = DP = 1, float32) at
@@ -76,7 +78,7 @@ def main() -> None:
         batches = [tuple(map(int, b.split("x"))) for b in args.batches.split(",")]
         if "learner" not in skip:
             for episodes, tokens in batches:
-                for dtype in ("float32", "bfloat16"):
+                for dtype in ("float32", "bfloat16", "autocast", "autocast+shared"):
                     _learner(args, device, model_dir, episodes, tokens, dtype)
         if "megatron" not in skip:
             _megatron(args, device, model_dir, *batches[0])
@@ -130,16 +132,24 @@ def _sampler(args, device, model_dir: Path, requests: int, dtype: str) -> None:
             print(f"sampler {dtype} {requests} requests, {line}", flush=True)
 
 
-def _learner(args, device, model_dir: Path, episodes: int, tokens: int, dtype: str) -> None:
+def _learner(args, device, model_dir: Path, episodes: int, tokens: int, mode: str) -> None:
+    """``mode``: float32, bfloat16 (weights and AdamW), autocast (float32 masters, bfloat16
+    compute), autocast+shared (autocast on episodes whose groups of 4 share their first 70%,
+    each group's prompt forwarded once)."""
     vocab = _vocab(model_dir)
-    batch = synthetic_batch(episodes, tokens, 4, 0.12, vocab)
+    shared = 0.7 if mode == "autocast+shared" else 0.0
+    batch = synthetic_batch(episodes, tokens, 4, 0.12, vocab, shared=shared)
     _reset_peak(device)
     learner = TorchLearner(
-        model_dir, device=str(device), dtype=dtype, micro_batch_tokens=args.micro_batch_tokens
+        model_dir,
+        device=str(device),
+        dtype="bfloat16" if mode == "bfloat16" else "float32",
+        autocast=mode.startswith("autocast"),
+        micro_batch_tokens=args.micro_batch_tokens,
     )
     seconds = _time_steps(learner, batch, args.repeats, device)
     print(
-        f"learner torch {dtype} {episodes}x{tokens}: {seconds:.3f} s per update, "
+        f"learner torch {mode} {episodes}x{tokens}: {seconds:.3f} s per update, "
         f"peak {_peak(device)}",
         flush=True,
     )

@@ -89,3 +89,56 @@ def test_the_megatron_learner_updates_on_the_device_as_the_torch_learner(
     worst = max(_rel(w[k], g[k]) for w, g in zip(want, got, strict=True) for k in METRICS)
     report(update_rel_diff_vs_torch=diff, metric_rel_diff_vs_torch=worst, megatron_peak_gib=peak)
     assert diff < UPDATE_TOLERANCE and worst < METRIC_TOLERANCE, (diff, worst, want, got)
+
+
+def test_shared_prompts_and_autocast_on_the_device(device, model_dir, tokenizer, report):
+    """A group's shared prompt forwarded once gives the per-row gradients on the device, and
+    bfloat16 autocast the float32 update's direction."""
+    from agentrl.trainer import build_batch
+    from tests.unit.records import trajectory
+
+    gen = torch.Generator().manual_seed(3)
+    rows = []
+    for g in range(2):
+        prompt = torch.randint(1, len(tokenizer), (96,), generator=gen).tolist()
+        for m in range(4):
+            rest = torch.randint(1, len(tokenizer), (24 + 8 * m,), generator=gen).tolist()
+            mask = [0] * 96 + [1] * len(rest)
+            rows.append(
+                trajectory(
+                    mask,
+                    group=f"g{g}",
+                    reward=float(m % 2),
+                    logprob=-2.0,
+                    episode_id=f"{g}-{m}",
+                    token_ids=prompt + rest,
+                    group_size=4,
+                )
+            )
+    batch = build_batch(rows, 0)
+    settings = dict(device=device, micro_batch_tokens=2048, **HYPER)
+    plain = TorchLearner(model_dir, share_prefix=False, **settings)
+    want = plain.accumulate_gradients(batch)
+    want_grads = [p.grad.clone() for p in plain.model.parameters()]
+    del plain
+    shared = TorchLearner(model_dir, share_prefix=True, **settings)
+    assert shared.share_prefix
+    got = shared.accumulate_gradients(batch)
+    num = sum(
+        float((p.grad - w).double().pow(2).sum())
+        for p, w in zip(shared.model.parameters(), want_grads, strict=True)
+    )
+    den = sum(float(w.double().pow(2).sum()) for w in want_grads)
+    grad_diff = (num / den) ** 0.5
+    del shared, want_grads
+    auto = TorchLearner(model_dir, autocast=True, **settings)
+    auto_metrics = auto.accumulate_gradients(batch)
+    worst = max(_rel(want[k], got[k]) for k in ("learner/loss", "learner/kl", "learner/entropy"))
+    report(
+        shared_grad_rel_diff=grad_diff,
+        shared_metric_rel_diff=worst,
+        autocast_entropy_rel_diff=_rel(want["learner/entropy"], auto_metrics["learner/entropy"]),
+        autocast_pg_loss_rel_diff=_rel(want["learner/pg_loss"], auto_metrics["learner/pg_loss"]),
+    )
+    assert grad_diff < 1e-4 and worst < 1e-4, (grad_diff, worst)
+    assert _rel(want["learner/entropy"], auto_metrics["learner/entropy"]) < 1e-2
