@@ -3,8 +3,8 @@
 The same attack classes as test_os_sandbox.py and test_os_judge.py, where the container
 backend stops them: the host's kernel (read-only ``/proc/sys``, root not root outside
 on podman), the host's passwords, the CPU and process limits, children escaping the time
-limit, and the judge attacks that do not rewrite the container's own ``/usr`` or
-``/etc`` (docs/tasks.md says why those still reach a container's judge).
+limit, and every judge attack of test_os_judge.py (the programs a container's agent
+rewrites are found by comparing the container with its image).
 
 Needs a container engine at $DOCKER_HOST with the agentrl/os-sandbox image; skipped
 without, unless AGENTRL_REQUIRE_CONTAINERS=1 (CI), which makes that a failure.
@@ -29,13 +29,6 @@ from tests.security.test_os_sandbox import _ESCAPES, _WRITABLE, BUSY
 pytestmark = pytest.mark.integration
 
 LIMITS = Limits(memory_mb=128, pids=64, cpus=0.25)
-HELD = (
-    "path_shadowing",
-    "shell_start_up_and_functions",
-    "python_site_hooks",
-    "racer_rewrites_outputs",
-)
-"""The judge attacks a container stops (the others rewrite its /usr or /etc)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,9 +106,9 @@ def test_the_honest_solution_is_rewarded(env, index):
     assert step.reward == 1.0, step
 
 
-@pytest.mark.parametrize("attack", HELD)
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
 @pytest.mark.parametrize("index", range(len(JUDGED)))
-def test_an_agent_that_shadows_the_judges_programs_gets_nothing(env, attack, index):
+def test_an_agent_that_rewrites_the_judge_gets_nothing(env, attack, index):
     step = play(env, index, ATTACKS[attack])
     assert step.reward == 0.0, (attack, step)
 

@@ -12,18 +12,12 @@ its own user namespace (``auto``: root inside is an unprivileged id outside);
 ``/proc/sys`` is read-only in a container by default.
 
 A judge (`judge`) runs its interpreter by absolute path with a clean environment and
-`JUDGE_PATH`: shadowing through ``PATH``, ``BASH_ENV``/``ENV``, shell start-up files
-or Python's user site does not reach it. The container's ``/usr`` and ``/etc`` are the
-agent's to write, though: an agent that replaces ``/usr/bin/bash`` or a library, or
-writes ``/etc/ld.so.preload``, still runs code in the judge. The bwrap backend judges
-in a view of the host's programs; this one does not (yet). Its main
-process only waits; commands run with ``exec`` inside `WRAPPER` (time limit,
-output cap), so background processes live on between commands. ``close``
-removes the container by force; a container whose setup fails is removed
-before the error is raised, so no session leaves a container behind.
-
-The engine is ``docker.from_env()``: ``DOCKER_HOST`` selects the socket (podman's
-``podman system service`` answers the same API).
+`JUDGE_PATH`, its output read from the exec: shadowing through ``PATH``,
+``BASH_ENV``/``ENV``, shell start-up files or Python's user site does not reach it.
+The container's programs are the agent's to rewrite, though: before and after a judge
+runs, `container_judge.changed_programs` compares what the container changed under the
+program, library, loader and Python site folders with the image, and any such change
+fails the judging (the bwrap backend instead judges in a view of the host's programs).
 """
 
 from __future__ import annotations
@@ -37,6 +31,7 @@ import docker
 import docker.errors
 import structlog
 
+from agentrl.environments.tasks.os.container_judge import changed_programs
 from agentrl.environments.tasks.os.sandbox import (
     DEFAULT_IMAGE,
     JUDGE_PATH,
@@ -65,6 +60,7 @@ class DockerSandbox:
 
     def __init__(self, *, image: str = DEFAULT_IMAGE, limits: Limits, label: str = "") -> None:
         self._limits = limits
+        self._image = image
         self._lock = threading.Lock()
         self._closed = False
         self._container = None
@@ -133,16 +129,29 @@ class DockerSandbox:
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
         """``argv`` with nothing of the agent's environment and `JUDGE_PATH`, its output
         straight from the exec (not `WRAPPER`'s file, which the agent's processes could
-        rewrite); Python without ``site`` (the container's site folders are the agent's).
+        rewrite), refused when the agent changed the image's programs (`_tampered`).
         The container's ``/usr`` is the agent's to write: see the module doc."""
-        argv = list(argv)
-        if argv[:1] == ["/usr/bin/python3"]:
-            argv.insert(1, "-S")
         clean = ["/usr/bin/env", "-i", f"PATH={JUDGE_PATH}", "HOME=/root", "LANG=C.UTF-8"]
         command = [*clean, "timeout", "-k", "1", f"{max(timeout, 0.1):g}", *argv]
+        if refused := self._tampered():
+            return refused
         began = time.monotonic()
         code, out = self._exec(command, call_deadline(timeout))
-        return result_of(code, out[: self._limits.output_bytes], time.monotonic() - began, timeout)
+        elapsed = time.monotonic() - began
+        if refused := self._tampered():  # changed while it ran: by a process left running
+            return refused
+        return result_of(code, out[: self._limits.output_bytes], elapsed, timeout)
+
+    def _tampered(self) -> RunResult | None:
+        """A failed judging when the agent changed the image's programs (`container_judge`)."""
+        try:
+            changed = changed_programs(self._client, self._container, self._image)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise SandboxError(f"docker sandbox: cannot compare with the image: {exc}") from exc
+        if not changed:
+            return None
+        log.info("os judge refused: the agent changed programs", paths=changed[:5])
+        return RunResult(126, f"judge refused: the agent changed {', '.join(changed[:5])}")
 
     def _exec(self, command: list[str], deadline: float) -> tuple[int, bytes]:
         """Run ``command`` in the container from a helper thread, waiting ``deadline`` s."""
