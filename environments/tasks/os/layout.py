@@ -52,8 +52,9 @@ CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "audit_write", "setfcap",
 )  # fmt: skip
-"""What a session's root keeps: Docker's default set without ``mknod`` and
-``sys_chroot``."""
+"""What a session's root keeps: Docker's default set without ``mknod``. A command also
+keeps ``sys_chroot`` (its way from the judge's view into the agent's), a judge
+``sys_ptrace`` instead (no agent process can then trace it)."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 JUDGE_ROOT = "/.judge"
 PRISTINE = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "share")
