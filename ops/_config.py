@@ -223,10 +223,12 @@ class LearnerConfig:
     tensor cores on GPUs) while weights, gradients and AdamW stay float32 (`dtype` must be
     float32) and the log-softmax runs in float32; the sampler engines then run in bfloat16
     (docs/engines.md "dtype": `rollout/logprob_gap_current` is no longer ~0)."""
-    share_prefix: bool = True
+    share_prefix: bool | None = None
     """torch backend: a group's shared prompt is forwarded once per micro-batch for the
     policy and the reference, the same gradients as per row (trainer/_shared_prefix.py);
-    Llama/Qwen2/Mistral models without gradient checkpointing, else off."""
+    Llama/Qwen2/Mistral models without gradient checkpointing, else off. null (default): on
+    when the learner runs on the CPU, off on GPUs (measured slower on an H100 for SmolLM2:
+    README "On GPUs")."""
     device: str = "cpu"
     """Where the learner computes: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch sees
     one). The megatron backend puts rank r on GPU r of its node. Sampler pools use the same

@@ -148,7 +148,7 @@ class TorchLearner:
         seed: int = 0,
         gradient_checkpointing: bool = False,
         autocast: bool = False,
-        share_prefix: bool = True,
+        share_prefix: bool | None = None,
         version: int = 0,
         reference_dir: str | Path | None = None,
         state_dir: str | Path | None = None,
@@ -167,7 +167,7 @@ class TorchLearner:
         must then be float32; the log-softmax runs in float32 (`._scoring`).
         ``share_prefix``: a group's shared prompt is forwarded once per micro-batch, for the
         policy and the reference (`._shared_prefix`; the same gradients), where the model
-        allows it (not under gradient checkpointing)."""
+        allows it (not under gradient checkpointing); None: on a CPU device only."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -205,6 +205,8 @@ class TorchLearner:
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
+        if share_prefix is None:
+            share_prefix = self.device.type == "cpu"
         self.share_prefix = share_prefix and can_share(self.model)
         if share_prefix and not self.share_prefix:
             log.info("shared prefix off: the model or gradient checkpointing does not allow it")

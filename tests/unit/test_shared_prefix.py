@@ -125,3 +125,29 @@ def test_gradient_checkpointing_turns_sharing_off(model_dir):
     learner = TorchLearner(model_dir, gradient_checkpointing=True, share_prefix=True)
     assert not learner.share_prefix
     assert learner.step(grouped_batch())["learner/tokens"] > 0  # the unshared path trains
+
+
+def test_sharing_is_on_by_default_on_the_cpu(model_dir):
+    assert TorchLearner(model_dir).share_prefix
+    assert not TorchLearner(model_dir, share_prefix=False).share_prefix
+
+
+def test_groups_without_a_shared_prompt_run_in_one_batched_forward(model_dir):
+    model = TorchLearner(model_dir, kl_coef=0.0).model
+    batch = grouped_batch()
+    # scramble every row's first token: no group shares a prefix any more
+    ids = batch.input_ids.clone()
+    ids[:, 0] = torch.arange(1, batch.num_rows + 1)
+    import dataclasses
+
+    batch = dataclasses.replace(batch, input_ids=ids)
+    calls = []
+    handle = model.register_forward_hook(lambda module, args, out: calls.append(1))
+    try:
+        keep = trained_positions(model, batch, torch.device("cpu"))
+        got = shared_logits_at(model, batch, keep, torch.device("cpu"))
+    finally:
+        handle.remove()
+    assert len(calls) == 1
+    want = logits_at(model, batch, keep, torch.device("cpu"))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
