@@ -70,9 +70,7 @@ def test_the_config_lists_bad_learner_and_pool_devices_together():
 
 
 def test_a_pool_without_a_device_follows_the_learner():
-    cfg = parse_config(
-        {"run": "r", "tasks": {"calculator": {}}, "learner": {"device": "auto"}}
-    )
+    cfg = parse_config({"run": "r", "tasks": {"calculator": {}}, "learner": {"device": "auto"}})
     assert cfg.learner.device == "auto"
     assert all(p.device is None for p in cfg.pools.values())
 
