@@ -46,6 +46,7 @@ _BUILTIN: dict[str, str] = {
     "webshop": "agentrl.environments.tasks.webshop.task:WebShopTask",
     "bfcl": "agentrl.environments.tasks.bfcl.task:bfcl",
     "bfcl_multi_turn": "agentrl.environments.tasks.bfcl.task:bfcl_multi_turn",
+    "reasoning_gym": "agentrl.environments.tasks.reasoning_gym.task:reasoning_gym",
 }
 
 _lock = threading.Lock()
