@@ -191,7 +191,7 @@ def summary(report: dict, checkpoint: str, seconds: float, argv: list[str]) -> d
     """What an arm keeps of an ``agentrl eval --out`` report."""
     tasks = report["tasks"].items()
     return {
-        "outcomes": {"tasks": {t: {k: r[k] for k in OUTCOME_KEYS} for t, r in tasks}},
+        "outcomes": {"tasks": {t: {k: r[k] for k in OUTCOME_KEYS if k in r} for t, r in tasks}},
         "checkpoint": checkpoint,
         "seconds": seconds,
         "argv": argv,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,13 @@ def load_import_path(name: str) -> Callable[..., Any] | None:
     if not is_import_path(name):
         return None
     module, _, attr = name.partition(":")
+    top = module.split(".")[0]
+    if importlib.util.find_spec(top) is None:  # neither a registered task nor importable
+        raise TaskImportError(
+            f"unknown task {name!r}: not a registered task, and no module named {top!r} to "
+            "import it from (put the folder that holds it on PYTHONPATH, or pip install its "
+            "package)"
+        )
     return _import(name, module, attr, f"task {name!r}")
 
 

@@ -276,6 +276,7 @@ def _start(args: argparse.Namespace, argv: list[str]) -> int:
         return FATAL_EXIT
     in_process = args.in_process or cfg.broker.startswith("memory://")
     if not os.environ.get(NODE_PID_ENV):  # a user's start (a node's roles wait a broker out)
+        configure_logging("error")  # the probe's retries are not the user's news; its verdict is
         problem = broker_problem(cfg.broker, f"{cfg.run}-{args.node}-probe")
         if problem:  # said in seconds, once, rather than retried by every role
             print(f"agentrl-supervisor: {problem}", file=sys.stderr)

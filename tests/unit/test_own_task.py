@@ -5,6 +5,7 @@ trained from its config; a bad import path is one clear line."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import uuid
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def test_the_example_config_parses_and_its_options_are_checked():
 @pytest.mark.parametrize(
     ("name", "says"),
     [
-        ("nopkg_zz.envs:make_env", "no module named 'nopkg_zz' (importing 'nopkg_zz.envs'"),
+        ("nopkg_zz.envs:make_env", "not a registered task, and no module named 'nopkg_zz'"),
         ("guessing.task:NoSuchTask", "module 'guessing.task' has no attribute 'NoSuchTask'"),
         ("guessing.task:TOOLS", "guessing.task:TOOLS is not a class or function"),
     ],
@@ -87,9 +88,9 @@ def test_a_bad_import_path_is_one_clear_line(name, says):
     with pytest.raises(ConfigError) as info:
         parse_config(raw)
     (problem,) = info.value.problems
-    assert problem.startswith(f"tasks.guess: task {name!r}: {says}"), problem
+    assert problem.startswith("tasks.guess: ") and f"task {name!r}: {says}" in problem, problem
     assert "\n" not in problem
-    with pytest.raises(TaskImportError, match=says.split(" (")[0]):
+    with pytest.raises(TaskImportError, match=re.escape(says.split(" (")[0])):
         make_task(name)
 
 

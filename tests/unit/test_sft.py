@@ -78,5 +78,8 @@ def test_sft_gradient_does_not_depend_on_micro_batching():
         learner = TorchLearner(resolve_model("tiny"), micro_batch_tokens=micro, objective="sft")
         learner.accumulate_gradients(batch_of(masks, tokens))
         grads.append(torch.cat([p.grad.flatten() for p in learner.model.parameters()]))
-    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+    # equal up to float32 summation order: measured 5.7e-6 of the gradient's norm apart
+    # (transformers 5.19, torch 2.13), single entries up to 4e-6 (3.7e-4 relative)
+    assert float((grads[0] - grads[1]).norm() / grads[0].norm()) < 1e-4
+    assert torch.allclose(grads[0], grads[1], rtol=1e-3, atol=1e-5)
     assert not math.isclose(grads[0].abs().sum().item(), 0.0)
