@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from ._batch import TrainBatch
-from ._scoring import slices_logits
+from ._scoring import logits_at, slices_logits
 
 __all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
 
@@ -112,13 +112,10 @@ def shared_logits_at(
                     logits_to_keep=keep - s,
                 ).logits
                 pieces.append((rows.to(device), logits))
-        if alone:  # one batched forward for all of them, as without sharing
-            rows = torch.cat(alone).to(device)
-            logits = model(
-                input_ids=ids[rows], attention_mask=mask[rows], use_cache=False,
-                logits_to_keep=keep,
-            ).logits  # fmt: skip
-            pieces.append((rows, logits))
+    if alone:  # one batched forward for all of them, as without sharing
+        rows = torch.cat(alone)
+        logits = logits_at(model, micro.select(rows), keep, device, autocast=autocast)
+        pieces.append((rows.to(device), logits))
     out = pieces[0][1].new_empty((micro.num_rows, keep.numel(), pieces[0][1].shape[-1]))
     for rows, logits in pieces:
         out[rows] = logits
