@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ._batch import TrainBatch
+from ._batch import TrainBatch, _cut
 from ._scoring import logits_at, slices_logits
 
 __all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
@@ -158,8 +158,3 @@ def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     if rows_now:
         out.append(_cut(batch, rows_now, lengths))
     return out
-
-
-def _cut(batch: TrainBatch, rows: list[int], lengths: torch.Tensor) -> TrainBatch:
-    index = torch.tensor(rows)
-    return batch.select(index, int(lengths[index].max()))
