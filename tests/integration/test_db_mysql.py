@@ -19,6 +19,7 @@ from agentrl.environments._check import check
 from agentrl.environments.tasks.db.backend import DATABASE_PREFIX
 from agentrl.environments.tasks.db.judge import table_hash
 from agentrl.messages import ChatMessage, ToolCall
+from tests.unit.test_db import CHANGES
 
 from .conftest import broker_answers
 
@@ -100,6 +101,19 @@ def test_sessions_are_private_and_dropped_at_the_end(server):
     assert leftover == set()
 
 
+def test_no_rows_answer_an_empty_list_as_agentbench_does(server):
+    """AgentBench's MySQL executor prints ``str(results)``, "[]" for an empty SELECT and
+    every statement without rows (dbbench/interaction.py lines 84-105): as on SQLite."""
+    env = make_task("db", database=MYSQL, split="all")
+    session = env.start(0).session
+    for sql in ("SELECT * FROM planets WHERE moons > 999", *CHANGES):
+        step = env.interact(session, call("execute_sql", query=sql))
+        assert (step.status, step.messages[0].content) == (Status.RUNNING, "[]"), sql
+    step = env.interact(session, call("execute_sql", query="SELECT COUNT(*) FROM planets"))
+    assert step.messages[0].content == "[(5,)]"  # 8 + Pluto - 4 rocky: the changes were made
+    env.cancel(session)
+
+
 def test_sql_errors_and_slow_statements_are_observations(server):
     env = make_task("db", database=MYSQL, statement_timeout=1.0)
     start = env.start(0)
@@ -168,7 +182,7 @@ def test_the_judges_table_hash_is_agentbenchs_sql_on_the_server(server):
         f"UPDATE `{table}` SET `{item.columns[0][0]}` = NULL LIMIT 1",
     ) + (f"INSERT INTO `{table}` SELECT * FROM `{table}`",) * 5:
         step = env.interact(session, call("execute_sql", query=sql))
-        assert step.messages[0].content == "No response from database.", step.messages[0].content
+        assert step.messages[0].content == "[]", step.messages[0].content
     names = [name for name, _kind in item.columns]
     cols = ", ".join(f"`{name}`" for name in names)
     session.db.execute("SET SESSION group_concat_max_len = 1024")

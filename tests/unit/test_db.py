@@ -205,8 +205,8 @@ def test_the_prompt_and_tools_are_agentbenchs():
 
 def test_observations_are_printed_as_agentbench_prints_them():
     """AgentBench's dbbench/interaction.py lines 84-105: ``str`` of the fetched row tuples,
-    cut at 800 characters with "[TRUNCATED]"; task.py lines 154-155: "No response from
-    database." for an empty result."""
+    cut at 800 characters with "[TRUNCATED]"; an empty result is ``str([])``, "[]" (task.py
+    lines 154-155 say "No response from database." only for an empty text)."""
     env = make_task("db", split="all")
     session = env.start(0).session
     step = env.interact(
@@ -216,10 +216,32 @@ def test_observations_are_printed_as_agentbench_prints_them():
     step = env.interact(
         session, _say(("execute_sql", {"query": "SELECT * FROM planets WHERE moons > 999"}))
     )
-    assert step.messages[0].content == "No response from database."
+    assert step.messages[0].content == "[]"
     long = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 500) "
     step = env.interact(session, _say(("execute_sql", {"query": long + "SELECT x FROM c"})))
     assert step.messages[0].content == str([(x,) for x in range(1, 501)])[:800] + "[TRUNCATED]"
+
+
+CHANGES = (
+    "INSERT INTO planets VALUES ('Pluto', 5, 2377, 'dwarf')",
+    "UPDATE planets SET moons = moons + 1 WHERE name = 'Earth'",
+    "UPDATE planets SET moons = 0 WHERE name = 'Vulcan'",  # no row matched
+    "DELETE FROM planets WHERE type = 'rocky'",
+    "CREATE TABLE notes (body TEXT)",
+    "DROP TABLE notes",
+)
+"""Statements without rows; AgentBench's MySQL executor answers each ``str([])``: its
+``results`` list is filled only when ``cursor.with_rows`` (interaction.py lines 87-93)."""
+
+
+def test_a_change_statement_answers_an_empty_list_as_agentbench_does():
+    env = make_task("db", split="all")
+    session = env.start(0).session
+    for sql in CHANGES:
+        step = env.interact(session, _say(("execute_sql", {"query": sql})))
+        assert (step.status, step.messages[0].content) == (Status.RUNNING, "[]"), sql
+    step = env.interact(session, _say(("execute_sql", {"query": "SELECT COUNT(*) FROM planets"})))
+    assert step.messages[0].content == "[(5,)]"  # 8 + Pluto - 4 rocky: the changes were made
 
 
 def test_answers_that_are_neither_text_nor_a_list_end_the_episode_with_reward_0():
@@ -245,7 +267,7 @@ def test_a_change_is_judged_by_agentbenchs_table_hash():
     for sql, reward in ((item.label[0], 1.0), (f"DELETE FROM `{item.table_name}`", 0.0)):
         session = env.start(index).session
         step = env.interact(session, _say(("execute_sql", {"query": sql})))
-        assert step.messages[0].content == "No response from database."
+        assert step.messages[0].content == "[]"  # AgentBench's str(results) of no rows
         end = env.interact(session, _say(("commit_final_answer", {"answers": ["done"]})))
         assert end.reward == reward
 

@@ -12,7 +12,8 @@ question: ...`` and ``Question: ...``. Tools, as AgentBench's ``dbbench.yaml``:
 
 - ``execute_sql(query)``: runs one statement; the observation is the result rows
   as Python prints them (``[('Jupiter',)]``), cut at 800 characters then
-  ``[TRUNCATED]``, ``No response from database.`` for none, or the database's
+  ``[TRUNCATED]``; ``[]`` when there are none (an empty SELECT, a change, a DDL
+  statement: AgentBench's ``str(results)`` of an empty list), or the database's
   error message. An error is an observation the model can react to, not an ending.
 - ``commit_final_answer(answers)``: ends the episode, judged as AgentBench judges
   it (`tasks.db.judge`): a query's answers against its label (numbers within 1e-2, sets
@@ -107,8 +108,6 @@ __all__ = [
 
 SHOWN_CHARS = 800
 """An observation longer than this is cut and ends with ``[TRUNCATED]`` (AgentBench's)."""
-NO_ROWS = "No response from database."
-"""The observation of a statement that returns no rows (AgentBench's text)."""
 
 NO_TOOL_CALL = "Internal error: No tool calls found despite finish reason."
 """User message answering a message without a tool call (AgentBench's text)."""
@@ -373,8 +372,9 @@ def _argument(args: dict[str, Any] | None, name: str) -> Any:
 
 def _show(rows: list[tuple]) -> str:
     """Rows as AgentBench shows them: Python's text of the list of row tuples (no more of
-    it made than is shown, `tasks.db.shown`)."""
-    if not rows:
-        return NO_ROWS
+    it made than is shown, `tasks.db.shown`), ``[]`` for none. AgentBench's MySQL executor
+    prints ``str(results)`` of a list that stays empty for an empty SELECT and for a
+    statement without rows (``dbbench/interaction.py`` lines 84-105), so its ``No response
+    from database.`` (``task.py`` lines 154-155, for an empty text) never shows there."""
     shown = render(rows, SHOWN_CHARS)
     return shown[:SHOWN_CHARS] + "[TRUNCATED]" if len(shown) > SHOWN_CHARS else shown
