@@ -103,7 +103,10 @@ def check_task(name: str, options: dict[str, Any]) -> None:
 
 def task_problems(name: str, options: dict[str, Any]) -> list[str]:
     """`check_task`'s refusal as a list of one line (empty when none), for a run config's
-    checks at start: an unknown name lists the known ones."""
+    checks at start: an unknown name lists the known ones. A factory with an
+    ``option_problems(**options) -> list[str]`` is then asked what it refuses in options
+    that fit its signature, a line each in its own words (kg: Freebase data without an
+    endpoint)."""
     try:
         resolved = _resolve(name)
     except TaskImportError as exc:
@@ -111,10 +114,11 @@ def task_problems(name: str, options: dict[str, Any]) -> list[str]:
     except UnknownTask:
         return [f"unknown task {name!r} (known: {', '.join(task_names())})"]
     try:
-        _bind(name, options, resolved)
+        factory, options, _ = _bind(name, options, resolved)
     except (UnknownTask, TaskOptionsError) as exc:
         return [str(exc)]
-    return []
+    own_check = getattr(factory, "option_problems", None)
+    return list(own_check(**options)) if own_check else []
 
 
 def _bind(

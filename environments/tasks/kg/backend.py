@@ -179,6 +179,17 @@ class RDFBackend:
                 return _local(o)
         return None
 
+    def unknown(self, entities: Iterable[str]) -> set[str]:
+        """The ids among ``entities`` the graph does not hold (in no triple, as subject or
+        object); a text that is not an id is left out."""
+        missing = set()
+        with self._lock:
+            for entity in filter(_ID.match, entities):
+                term = URIRef(NS + entity)
+                if (term, None, None) not in self.graph and (None, None, term) not in self.graph:
+                    missing.add(entity)
+        return missing
+
 
 def _is_value(term: object) -> bool:
     return isinstance(term, Literal) and str(term.datatype) in NUMERIC | TEMPORAL

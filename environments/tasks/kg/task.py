@@ -35,7 +35,10 @@ level has its own limit) without an answer -> ``task_limit_reached``, reward 0.
 
 Options: ``data=PATH`` (AgentBench KG JSON; default the built-in set),
 ``graph=PATH`` (an RDF file for the local backend; default the built-in
-Turtle graph) or ``endpoint=URL`` (a Freebase SPARQL endpoint), ``vocab=PATH``
+Turtle graph) or ``endpoint=URL`` (a Freebase SPARQL endpoint); on the local graph, data
+naming an entity id the graph does not hold is refused with `ItemError` (AgentBench's
+Freebase questions need the endpoint; `KGTask.option_problems` says so at a run's
+start), ``vocab=PATH``
 (AgentBench's ``ontology/vocab.json``: list only its relations and attributes,
 as AgentBench does on Freebase), ``max_turns`` (15), ``timeout`` (seconds per
 SPARQL request), ``one_shot`` (true), ``answer_tool`` (false; true offers a
@@ -56,8 +59,9 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from agentrl.environments._protocol import Start, Status, Step
+from agentrl.environments._protocol import EnvError, Start, Status, Step
 from agentrl.environments._toolcalls import tool_reply
 from agentrl.environments.tasks.kg.actions import GraphActions, ToolError, Variable, Vocab, resolve
 from agentrl.environments.tasks.kg.backend import KGBackend, RDFBackend, SPARQLBackend, load_graph
@@ -117,6 +121,30 @@ class _Session:
     done: bool = False
 
 
+def _check_graph_holds(
+    items: Sequence[KGItem], backend: RDFBackend, data: str | None, graph: str | None
+) -> None:
+    """Raise `ItemError` when an item names an entity the local graph does not hold.
+
+    Such an item cannot be played: AgentBench's questions name Freebase entities, and
+    played against another graph every action on them finds nothing and every episode
+    ends unanswered. They need the graph they were written for, a Freebase endpoint.
+    """
+    foreign = []
+    for index, item in enumerate(items):
+        missing = backend.unknown(entity for _, entity in item.entities)
+        if missing:
+            foreign.append((item.qid or f"item {index}", min(missing)))
+    if foreign:
+        qid, entity = foreign[0]
+        raise ItemError(
+            f"kg: {data or 'the built-in kg set'}: {len(foreign)} of {len(items)} items name "
+            f"entities that {f'graph {graph}' if graph else 'the built-in graph'} does not "
+            f"hold (first {entity}, item {qid}): Freebase questions such as AgentBench's "
+            "need endpoint=URL (a Freebase SPARQL endpoint)"
+        )
+
+
 def f1_score(predicted: frozenset[str], gold: frozenset[str]) -> float:
     """AgentBench's F1 of two answer sets (0 when they share nothing)."""
     hits = len(predicted & gold)
@@ -168,12 +196,26 @@ class KGTask:
             if endpoint is not None
             else RDFBackend(load_graph(graph))
         )
+        if isinstance(self.backend, RDFBackend):
+            _check_graph_holds(items, self.backend, data, graph)
         self._actions = GraphActions(self.backend, Vocab.load(vocab) if vocab else None)
         self._paths: HopPaths | None = None
         if set(self._levels) - {FULL_LEVEL}:
             if not isinstance(self.backend, RDFBackend):
                 raise ValueError("kg: levels 0 and 1 need the local graph, not an endpoint")
             self._paths = HopPaths(self.backend)
+
+    @staticmethod
+    def option_problems(**options: Any) -> list[str]:
+        """Why the task cannot be built with ``options``, in one line (empty when it can):
+        the run config's check at start (`task_problems`), so that data the task cannot
+        judge (Freebase questions without an endpoint) stops a run before it starts. It
+        builds the task: items and graph are read, no endpoint is asked."""
+        try:
+            KGTask(**options)
+        except (EnvError, ValueError, TypeError, OSError) as exc:
+            return [str(exc)]
+        return []
 
     @property
     def tools(self) -> list[dict]:
