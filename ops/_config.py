@@ -20,6 +20,7 @@ __all__ = [
     "ConfigError",
     "EnvRegistryConfig",
     "LearnerConfig",
+    "LoraConfig",
     "MegatronConfig",
     "PoolConfig",
     "RolloutConfig",
@@ -176,6 +177,26 @@ class EnvRegistryConfig:
     """A session without interaction for this long is expired by the controller."""
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear layer of a Llama/Qwen2/Mistral block (as trainer/_lora.py DEFAULT_TARGETS)."""
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA RL (torch backend, torch sampler engines): low-rank adapters over the frozen
+    base, which is also the KL reference; checkpoints hold the adapters only
+    (trainer/_lora.py, docs/internals.md "LoRA"). Needs peft (`pip install -e '.[lora]'`)."""
+
+    rank: int = 16
+    """r, the adapters' inner size."""
+    alpha: float = 32.0
+    """The adapters' update is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training (> 0: logprob_gap_current is not ~0)."""
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    """The linear layers that get adapters (every one of a Llama block by default)."""
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     backend: str = "torch"
@@ -236,6 +257,9 @@ class LearnerConfig:
     dtype: str = "float32"
     """Weights and compute dtype of the learner, and of every sampler engine (float32,
     bfloat16 or float16; docs/engines.md "dtype")."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters instead of the whole model (`LoraConfig`); null = full fine-tune.
+    The SFT warm start still trains the whole model; LoRA RL then adapts the warm start."""
     keep_checkpoints: int = 5
     """Checkpoint directories kept on disk, newest first (0 keeps all). The learner state
     (AdamW moments, twice a checkpoint's size) is kept for the newest 2 versions."""
@@ -493,8 +517,24 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
     for name, pool in cfg.pools.items():
         if pool.device is not None and (problem := device_problem(pool.device)) is not None:
             problems.append(f"pools.{name}.device: {problem}")
+    if ln.lora is not None:
+        problems.extend(_lora_problems(cfg))
     if ln.micro_batch_tokens < r.max_tokens:
         problems.append("learner.micro_batch_tokens: must be >= rollout.max_tokens")
+
+
+def _lora_problems(cfg: RunConfig) -> list[str]:
+    """What `learner.lora` cannot run with: its values, megatron, vLLM pools."""
+    from agentrl.trainer._lora import lora_problems
+
+    lora = cfg.learner.lora
+    problems = [f"learner.lora.{p}" for p in lora_problems(**dataclasses.asdict(lora))]
+    if cfg.learner.backend != "torch":
+        problems.append("learner.lora: needs learner.backend torch (megatron trains full models)")
+    for name, pool in cfg.pools.items():
+        if pool.engine != "torch":
+            problems.append(f"pools.{name}.engine: LoRA adapter checkpoints load in torch only")
+    return problems
 
 
 def _schedule_problems(tasks: dict[str, TaskConfig]) -> list[str]:

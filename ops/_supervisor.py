@@ -56,6 +56,7 @@ from agentrl.messages import (
 )
 from agentrl.trainer import (
     LearnerBackend,
+    LoraSpec,
     TorchLearner,
     checkpoint_digest,
     load_tokenizer,
@@ -501,6 +502,7 @@ class Supervisor:
             version=version,
             reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
             state_dir=cfg.run_dir / "learner_state",  # AdamW state, for an exact resume
+            lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
         )
 
     def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:

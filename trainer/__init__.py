@@ -12,12 +12,15 @@ from ._grpo import (
     token_logprobs,
     token_mean,
 )
+from ._lora import LoraError, LoraSpec
 from ._models import ModelError, ModelNotFound, load_causal_lm, load_tokenizer, resolve_model
 from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
 
 __all__ = [
     "DeviceUnavailable",
     "LearnerBackend",
+    "LoraError",
+    "LoraSpec",
     "ModelError",
     "ModelNotFound",
     "TorchLearner",

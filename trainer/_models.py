@@ -31,6 +31,8 @@ from pathlib import Path
 import structlog
 from filelock import FileLock
 
+from ._lora import adapter_base, is_adapter, merge_adapter, read_weights
+
 log = structlog.get_logger(__name__)
 
 SMOLLM2_DIR = "smollm2-135m-instruct"
@@ -95,11 +97,21 @@ def load_causal_lm(model_dir: str | Path, *, dtype):
     transformers builds models under process-global patches (meta-device
     initialisation), so two threads loading at once can leave one model with
     meta tensors; loads are serialised here.
+
+    A LoRA adapter checkpoint (`._lora`) loads as its base model with the adapter merged
+    (W + (alpha / r) · B A, in float32 from the stored weights, then cast to ``dtype``).
     """
+    adapter = Path(model_dir) if is_adapter(model_dir) else None
+    source = adapter_base(adapter) if adapter else model_dir
     with _LOAD_LOCK:  # the import too: transformers' lazy module is not thread-safe either
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+    if adapter is not None:
+        targets = {k for k in model.state_dict() if k.endswith(".weight")}
+        merged = merge_adapter(read_weights(source, targets), adapter)
+        model.load_state_dict(merged, strict=False)
+    return model
 
 
 def load_tokenizer(model_dir: str | Path):

@@ -29,7 +29,6 @@ Metrics returned by ``step`` (documented here, and only here):
 from __future__ import annotations
 
 import copy
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +38,7 @@ import torch
 
 from ._batch import TrainBatch, micro_batches
 from ._device import resolve_device
+from ._digest import checkpoint_digest
 from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy
 from ._learner_state import (
     load_optimizer_state,
@@ -47,6 +47,8 @@ from ._learner_state import (
     updates_done,
     warmup_lr,
 )
+from ._lora import LoraSpec, is_adapter
+from ._lora_policy import lora_policy, save_adapter
 from ._models import load_causal_lm
 from ._scoring import logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
@@ -87,24 +89,6 @@ class LearnerBackend(Protocol):
         ...
 
 
-def checkpoint_digest(directory: str | Path) -> str:
-    """sha256 (hex) over the ``*.safetensors`` files of a directory, by sorted name.
-
-    Each file contributes its name and then its bytes, so renaming a shard
-    changes the digest too.
-    """
-    sha = hashlib.sha256()
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors files in {directory}")
-    for path in files:
-        sha.update(path.name.encode())
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(chunk)
-    return sha.hexdigest()
-
-
 class TorchLearner:
     """GRPO learner on a Hugging Face causal LM (``AutoModelForCausalLM``).
 
@@ -121,6 +105,10 @@ class TorchLearner:
     Resume: with ``state_dir``, ``save`` also writes the AdamW state of the
     saved version (``._learner_state``) and a learner built at that version
     loads it, so its next update equals an uninterrupted learner's.
+
+    LoRA (``lora``, `._lora`): the policy is the base plus trainable adapters, AdamW holds
+    the adapters only, the KL reference is the base with the adapters disabled, and
+    ``save`` writes the adapters only.
 
     Simplified: no entropy bonus, the model runs in ``train()`` mode (set
     dropout to 0 in the model config, as HF causal LMs ship, or the logprob
@@ -154,6 +142,7 @@ class TorchLearner:
         state_dir: str | Path | None = None,
         keep_states: int = 2,
         objective: str = "grpo",
+        lora: LoraSpec | None = None,
     ) -> None:
         """``reference_dir``: the frozen KL reference (with ``kl_coef > 0``); default
         ``model_dir``. A run resumed from a checkpoint passes its initial model here, so
@@ -167,7 +156,10 @@ class TorchLearner:
         must then be float32; the log-softmax runs in float32 (`._scoring`).
         ``share_prefix``: a group's shared prompt is forwarded once per micro-batch, for the
         policy and the reference (`._shared_prefix`; the same gradients), where the model
-        allows it (not under gradient checkpointing); None: on a CPU device only."""
+        allows it (not under gradient checkpointing); None: on a CPU device only.
+        ``lora``: train low-rank adapters over a frozen base (`._lora.lora_policy`: the base
+        is ``reference_dir``, default ``model_dir``; ``model_dir`` may be an adapter
+        checkpoint, which then resumes). The SFT objective refuses it."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -199,23 +191,39 @@ class TorchLearner:
         self.steps = 0  # optimiser updates done so far
         self.version = version  # policy version of the current weights (+1 per step)
 
-        torch.manual_seed(seed)  # global RNG: only dropout (if any) draws from it
-        self.model = load_causal_lm(self.model_dir, dtype=_DTYPES[dtype])
+        torch.manual_seed(seed)  # global RNG: dropout (if any) and LoRA's A draw from it
+        self._peft = None  # the peft wrapper of self.model with lora
+        self.base_dir: Path | None = None  # the frozen base under the adapters
+        if lora is not None:
+            if self.objective == "sft":
+                raise ValueError("lora: the SFT warm start trains the whole model; unset lora")
+            base = None if reference_dir is None else Path(reference_dir)
+            self._peft, self.base_dir = lora_policy(
+                self.model_dir, lora, base, dtype=_DTYPES[dtype]
+            )
+            self.model = self._peft.get_base_model()  # HF's forward (logits_to_keep), adapted
+        elif is_adapter(self.model_dir):
+            raise ValueError(f"{self.model_dir} is a LoRA adapter checkpoint: set learner.lora")
+        else:
+            self.model = load_causal_lm(self.model_dir, dtype=_DTYPES[dtype])
         self.model.to(self.device)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+            if lora is not None:  # frozen embeddings: the checkpointed blocks need an input grad
+                self.model.enable_input_require_grads()
         self.model.train()
         if share_prefix is None:
             share_prefix = self.device.type == "cpu"
         self.share_prefix = share_prefix and can_share(self.model)
         if share_prefix and not self.share_prefix:
             log.info("shared prefix off: the model or gradient checkpointing does not allow it")
-        self.reference: torch.nn.Module | None = None
-        use_kl = kl_coef > 0 and self.objective == "grpo"  # the SFT loss has no KL term
-        if use_kl and reference_dir is not None and Path(reference_dir) != self.model_dir:
+        self.reference: torch.nn.Module | None = None  # with lora: the base, adapters off
+        self.use_kl = use_kl = kl_coef > 0 and self.objective == "grpo"  # SFT has no KL term
+        own_reference = use_kl and lora is None
+        if own_reference and reference_dir is not None and Path(reference_dir) != self.model_dir:
             reference = load_causal_lm(Path(reference_dir), dtype=_DTYPES[dtype])
             self.reference = reference.to(self.device).eval().requires_grad_(False)
-        elif use_kl:
+        elif own_reference:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -236,6 +244,7 @@ class TorchLearner:
             device=str(self.device),
             dtype=dtype,
             autocast=autocast,
+            lora=lora,
         )
 
     # --- the update -----------------------------------------------------------
@@ -306,9 +315,9 @@ class TorchLearner:
             )
             pg_sum = pg.sum()
             loss_sum = pg_sum
-            if self.reference is not None:
+            if self.use_kl:
                 with torch.no_grad():
-                    ref_logits = self._logits(self.reference, micro, keep)
+                    ref_logits = self._reference_logits(micro, keep)
                     ref_logp = target_logprobs(
                         ref_logits, micro, keep, self.temperature, self.device
                     )
@@ -351,7 +360,7 @@ class TorchLearner:
         }
         if sums["n_cur"]:
             metrics["rollout/logprob_gap_current"] = sums["gap_cur"] / sums["n_cur"]
-        if self.reference is not None:
+        if self.use_kl:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics
 
@@ -359,6 +368,13 @@ class TorchLearner:
         """``[b, k, V]`` logits at ``keep``: each group's prompt once with ``share_prefix``."""
         score = shared_logits_at if self.share_prefix else logits_at
         return score(model, micro, keep, self.device, autocast=self.autocast)
+
+    def _reference_logits(self, micro: TrainBatch, keep: torch.Tensor):
+        """The KL reference's logits: the frozen copy, or with lora the base itself."""
+        if self._peft is None:
+            return self._logits(self.reference, micro, keep)
+        with self._peft.disable_adapter():
+            return self._logits(self.model, micro, keep)
 
     # --- scoring ----------------------------------------------------------------
 
@@ -382,7 +398,8 @@ class TorchLearner:
     # --- checkpoints --------------------------------------------------------------
 
     def save(self, out_dir: str | Path) -> str:
-        """Write an HF safetensors checkpoint to ``out_dir``; return its digest.
+        """Write an HF safetensors checkpoint to ``out_dir`` (with lora: the adapters only,
+        `._lora.save_adapter`); return its digest.
 
         Copies the tokenizer files found in ``model_dir`` alongside, and
         writes the digest (see ``checkpoint_digest``) to ``out_dir/DIGEST``.
@@ -390,7 +407,10 @@ class TorchLearner:
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out)
+        if self._peft is not None:
+            save_adapter(self._peft, out)
+        else:
+            self.model.save_pretrained(out)
         for name in TOKENIZER_FILES:
             source = self.model_dir / name
             if source.is_file() and not (out / name).exists():

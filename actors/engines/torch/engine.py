@@ -37,6 +37,7 @@ import torch
 
 from agentrl.trainer import load_causal_lm
 from agentrl.trainer._device import resolve_device
+from agentrl.trainer._lora import LoraError, is_adapter, merged_state
 
 from ..base import (
     EngineError,
@@ -126,9 +127,18 @@ class TorchEngine(QueuedEngine):
         """Stage a safetensors checkpoint; it replaces the weights once rows in flight finish.
 
         Requests submitted after this returns get the new weights. The future
-        resolves when the new weights are in place.
+        resolves when the new weights are in place. A LoRA adapter checkpoint stages its
+        base's weights with the adapter merged (`trainer._lora.merged_state`), so the
+        engine then holds base + adapter whatever it held before.
         """
-        state = _read_safetensors(Path(model_dir))
+        model_dir = Path(model_dir)
+        if is_adapter(model_dir):
+            try:
+                state = merged_state(model_dir)
+            except LoraError as exc:
+                raise WeightsMismatch(str(exc)) from exc
+        else:
+            state = _read_safetensors(model_dir)
         shapes = {k: tuple(v.shape) for k, v in state.items()}
         check_fits(shapes, self._shapes, self._tied, model_dir)
         return self._stage(_Staged(state=state, version=version, future=Future()))

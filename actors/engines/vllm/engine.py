@@ -24,7 +24,8 @@ Stops: a sampled stop id ends the request and is the last of ``token_ids``
 ``generation_config="vllm"``).
 
 Weights: `load` checks tensor names and shapes (safetensors headers) in the
-caller's thread and stages the directory; the engine thread stops admitting,
+caller's thread and stages the directory (LoRA adapter checkpoints are refused:
+`TorchEngine` merges them); the engine thread stops admitting,
 lets requests in flight finish on the old weights (reporting the old version),
 has the worker reload in place (`WorkerExtension.agentrl_reload_weights`), resets
 the prefix cache and resumes admission.
@@ -48,6 +49,8 @@ from pathlib import Path
 
 import structlog
 import torch
+
+from agentrl.trainer._lora import is_adapter
 
 from ..base import (
     EngineError,
@@ -175,6 +178,7 @@ class VLLMEngine(QueuedEngine):
             raise ValueError(
                 f"device {device!r}: the installed vLLM runs on {current_platform.device_type!r}"
             )
+        _refuse_adapter(Path(model_dir))
         self._max_batch = max_batch
         self._shapes, self._tied = _expected_tensors(Path(model_dir))
         args = EngineArgs(
@@ -211,6 +215,7 @@ class VLLMEngine(QueuedEngine):
         resolves when the new weights are in place.
         """
         model_dir = Path(model_dir)
+        _refuse_adapter(model_dir)
         check_fits(_safetensors_shapes(model_dir), self._shapes, self._tied, model_dir)
         return self._stage(_Staged(model_dir, version))
 
@@ -342,6 +347,15 @@ def _generation(completion, request: _Request) -> Generation:
     pairs = zip(token_ids, completion.logprobs, strict=True)
     logprobs = [float(lp[tok].logprob) for tok, lp in pairs]
     return Generation(token_ids, logprobs, request.version, reason)
+
+
+def _refuse_adapter(model_dir: Path) -> None:
+    """LoRA adapter checkpoints (`learner.lora`) are merged by `TorchEngine` only."""
+    if is_adapter(model_dir):
+        raise WeightsMismatch(
+            f"{model_dir} is a LoRA adapter checkpoint: VLLMEngine loads full checkpoints "
+            "only (learner.lora needs engine: torch pools)"
+        )
 
 
 def _expected_tensors(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], set[str]]:
