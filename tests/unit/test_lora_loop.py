@@ -53,3 +53,22 @@ def test_a_lora_run_checkpoints_adapters_resumes_and_evaluates(tmp_path):
         concurrency=2,
     )
     assert sum(report.tasks["calculator"].statuses.values()) == 2
+
+
+@pytest.mark.slow
+def test_lora_rl_after_the_sft_warm_start_adapts_the_warm_started_model(tmp_path):
+    from agentrl.ops._sft import run_sft
+
+    raw = smoke_config(tmp_path, f"memory://lora-sft-{uuid.uuid4().hex[:6]}", "lora-sft", steps=1)
+    raw["learner"]["lora"] = {"rank": 4}
+    raw["rollout"]["max_new_tokens"] = 64  # room for the oracle's calls
+    cfg = parse_config(raw)
+    run_sft(cfg, steps=1, batch_episodes=2, lr=1e-3)  # the whole model, whatever learner.lora
+    warm = cfg.run_dir / "checkpoints" / "v000001"
+    assert (warm / "model.safetensors").is_file()
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
+    adapter = cfg.run_dir / "checkpoints" / "v000002"
+    # the base is the warm start's reference copy (it outlives pruning v1), not the run's model
+    assert adapter_base(adapter) == (cfg.run_dir / "sft_reference").resolve()
+    (metrics,) = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["version"] == 2 and metrics["learner/kl"] < 1e-3  # B = 0: the policy is the base
