@@ -22,6 +22,12 @@ it prints its seconds and ratio, the mean and largest |Δ logprob| of the traine
 before the update, and how far its first update lands from float32's, relative to the
 update's size (``||W_bf16 - W_fp32|| / ||W_fp32 - W_0||``).
 
+**LoRA** (``learner.lora``: rank ``--lora-rank`` adapters on every linear layer, the base
+frozen and serving as the KL reference, AdamW on the adapters only) runs alone and with the
+shared prompt and autocast. LoRA is another update by design, so it is compared by its
+seconds, its checkpoint's size (the adapters, against the full model's float32 safetensors)
+and the trained tokens' logprobs before its first update (the base's: B = 0).
+
 All ways run in this one process, one after the other, with ``--threads`` torch threads
 (default: the cores). Prints seconds per update of each way and their ratios.
 """
@@ -32,12 +38,14 @@ import argparse
 import dataclasses
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from agentrl.messages import Trajectory
-from agentrl.trainer import TorchLearner, _scoring, build_batch, resolve_model
+from agentrl.trainer import LoraSpec, TorchLearner, _scoring, build_batch, resolve_model
 
 
 def synthetic_batch(
@@ -84,10 +92,19 @@ def synthetic_batch(
 
 
 def time_updates(
-    model_dir, batch, args, *, sliced=True, autocast=False, share=False, checkpointing=None
+    model_dir,
+    batch,
+    args,
+    *,
+    sliced=True,
+    autocast=False,
+    share=False,
+    checkpointing=None,
+    lora=None,
 ):
     """One way: median seconds per update, the trained tokens' logprobs before the first
-    update ``[B, L]``, and the weights after the first (untimed) update."""
+    update ``[B, L]``, the weights after the first (untimed) update, and the MB of the
+    checkpoint's safetensors that ``save`` writes."""
     original = _scoring.slices_logits
     if not sliced:
         _scoring.slices_logits = lambda model: False
@@ -100,6 +117,7 @@ def time_updates(
             ),
             autocast=autocast,
             share_prefix=share,
+            lora=lora,
         )
         if share and not learner.share_prefix:
             raise SystemExit("the shared prompt is off for this model")
@@ -112,7 +130,10 @@ def time_updates(
             t0 = time.perf_counter()
             learner.step(batch)
             seconds.append(time.perf_counter() - t0)
-        return statistics.median(seconds), scored, first
+        with tempfile.TemporaryDirectory() as out:
+            learner.save(out)
+            size = sum(p.stat().st_size for p in Path(out).glob("*.safetensors")) / 2**20
+        return statistics.median(seconds), scored, first, size
     finally:
         _scoring.slices_logits = original
 
@@ -141,6 +162,8 @@ def main() -> None:
                         help="share of each episode that is its group's common prompt")  # fmt: skip
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the shared prompt (no gradient checkpointing)")  # fmt: skip
+    parser.add_argument("--lora-rank", type=int, default=16,
+                        help="also time LoRA at this rank (0: not)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
@@ -168,9 +191,9 @@ def main() -> None:
     base = {}
     for path in sorted(model_dir.glob("*.safetensors")):
         base.update(load_file(str(path)))
-    full, scored_full, _ = time_updates(model_dir, batch, args, sliced=False)
+    full, scored_full, _, _ = time_updates(model_dir, batch, args, sliced=False)
     print(f"logits at every position:      {full:.2f} s per update", flush=True)
-    kept, scored, first = time_updates(model_dir, batch, args, sliced=True)
+    kept, scored, first, full_mb = time_updates(model_dir, batch, args, sliced=True)
     print(f"logits at trained positions:   {kept:.2f} s per update", flush=True)
     print(f"ratio trained-only / every position: {kept / full:.3f}")
     logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
@@ -185,17 +208,28 @@ def main() -> None:
         if args.autocast:
             ways += [("shared prompt + bf16 autocast", dict(share=True, checkpointing=False,
                                                            autocast=True))]  # fmt: skip
+    if args.lora_rank:
+        lora = LoraSpec(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+        ways += [(f"lora r{args.lora_rank}", dict(lora=lora))]
+        if args.shared_prompt and args.autocast:
+            ways += [(f"lora r{args.lora_rank} + shared prompt + bf16 autocast",
+                      dict(lora=lora, share=True, checkpointing=False, autocast=True))]  # fmt: skip
     for label, how in ways:
-        seconds, scored_way, first_way = time_updates(model_dir, batch, args, **how)
+        seconds, scored_way, first_way, mb = time_updates(model_dir, batch, args, **how)
         gap = (scored_way - scored).abs()[mask]
         print(f"{label}: {seconds:.2f} s per update", flush=True)
         print(f"ratio {label} / float32 trained positions: {seconds / kept:.3f}")
+        apart = ""
+        if "lora" not in how:  # LoRA's update is another one by design: not compared so
+            distance = update_distance(first, first_way, tied)
+            apart = f"; first update {distance:.4f} of its size apart"
         print(
             f"{label} against float32: |d logprob| mean {float(gap.mean()):.5f} "
-            f"max {float(gap.max()):.5f} nats on {int(mask.sum())} trained tokens; first "
-            f"update {update_distance(first, first_way, tied):.4f} of its size apart",
+            f"max {float(gap.max()):.5f} nats on {int(mask.sum())} trained tokens{apart}",
             flush=True,
         )
+        if "lora" in how:
+            print(f"checkpoint {label}: {mb:.2f} MB, float32 full model {full_mb:.2f} MB")
 
 
 if __name__ == "__main__":

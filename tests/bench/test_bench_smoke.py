@@ -69,6 +69,10 @@ FIGURES = {
         r"ratio shared prompt / float32 trained positions: [\d.]+",
         r"ratio shared prompt \+ bf16 autocast / float32 trained positions: [\d.]+",
         r"shared prompt against float32: \|d logprob\| mean 0\.0000\d",
+        r"lora r16: [\d.]+ s per update",
+        r"lora r16 against float32: \|d logprob\| mean 0\.00000 max 0\.00000",  # B = 0
+        r"checkpoint lora r16: [\d.]+ MB, float32 full model [\d.]+ MB",
+        r"ratio lora r16 \+ shared prompt \+ bf16 autocast / float32 trained positions: [\d.]+",
     ],
     "learning.py": [
         r"\[full\] warm start: 1 steps in \d+ s",
