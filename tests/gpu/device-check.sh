@@ -2,7 +2,7 @@
 # One run of everything that needs a GPU, on a machine without network:
 #   bash tests/gpu/device-check.sh [OUT_DIR]
 # Expects, beside the working tree: .whl/ (agentrl's wheel and the dependencies the
-# machine lacks, for its Python) and .gpu/smollm2/ (SmolLM2's config and tokenizer files:
+# machine lacks, for its Python; peft's for the LoRA test) and .gpu/smollm2/ (SmolLM2's config and tokenizer files:
 # the GPU suite and bench/gpu.py build a random model of that shape). Runs the GPU suite
 # (tests/gpu), then bench/gpu.py, each under a time limit, the logs and the suite's
 # measured figures into OUT_DIR (default ./gpu-out). A stage that fails does not stop the
