@@ -10,7 +10,7 @@ from ._digest import checkpoint_digest
 from ._lora import LoraError, LoraSpec, adapter_base, is_adapter, spec_of
 from ._models import load_causal_lm
 
-__all__ = ["lora_policy", "save_adapter"]
+__all__ = ["load_policy", "lora_policy", "save_adapter"]
 
 _INSTALL = "pip install -e '.[lora]'"
 
@@ -67,6 +67,23 @@ def lora_policy(model_dir: Path, spec: LoraSpec, base: Path | None, *, dtype: to
     policy = peft.get_peft_model(model, config)
     policy.peft_config["default"].base_model_name_or_path = str(base.resolve())
     return policy, base.resolve()
+
+
+def load_policy(
+    model_dir: Path, lora: LoraSpec | None, reference_dir: str | Path | None, *, dtype: torch.dtype
+) -> tuple[torch.nn.Module, object | None, Path | None]:
+    """The learner's model: ``(model, peft wrapper, base directory)``. With ``lora`` the
+    model is the base with the adapters in its modules (HF's own forward, so
+    ``logits_to_keep`` and the shared prompt work), the wrapper is peft's (saving,
+    ``disable_adapter``); else the model of ``model_dir`` and two Nones. An adapter
+    checkpoint without ``lora`` is refused (its AdamW state holds the adapters only)."""
+    if lora is not None:
+        base = None if reference_dir is None else Path(reference_dir)
+        policy, base_dir = lora_policy(model_dir, lora, base, dtype=dtype)
+        return policy.get_base_model(), policy, base_dir
+    if is_adapter(model_dir):
+        raise ValueError(f"{model_dir} is a LoRA adapter checkpoint: set learner.lora")
+    return load_causal_lm(model_dir, dtype=dtype), None, None
 
 
 def save_adapter(policy, out: Path) -> None:

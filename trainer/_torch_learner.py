@@ -47,8 +47,8 @@ from ._learner_state import (
     updates_done,
     warmup_lr,
 )
-from ._lora import LoraSpec, is_adapter
-from ._lora_policy import lora_policy, save_adapter
+from ._lora import LoraSpec
+from ._lora_policy import load_policy, save_adapter
 from ._models import load_causal_lm
 from ._scoring import logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
@@ -192,20 +192,12 @@ class TorchLearner:
         self.version = version  # policy version of the current weights (+1 per step)
 
         torch.manual_seed(seed)  # global RNG: dropout (if any) and LoRA's A draw from it
-        self._peft = None  # the peft wrapper of self.model with lora
-        self.base_dir: Path | None = None  # the frozen base under the adapters
-        if lora is not None:
-            if self.objective == "sft":
-                raise ValueError("lora: the SFT warm start trains the whole model; unset lora")
-            base = None if reference_dir is None else Path(reference_dir)
-            self._peft, self.base_dir = lora_policy(
-                self.model_dir, lora, base, dtype=_DTYPES[dtype]
-            )
-            self.model = self._peft.get_base_model()  # HF's forward (logits_to_keep), adapted
-        elif is_adapter(self.model_dir):
-            raise ValueError(f"{self.model_dir} is a LoRA adapter checkpoint: set learner.lora")
-        else:
-            self.model = load_causal_lm(self.model_dir, dtype=_DTYPES[dtype])
+        if lora is not None and self.objective == "sft":
+            raise ValueError("lora: the SFT warm start trains the whole model; unset lora")
+        # with lora: the adapted HF model, its peft wrapper and the frozen base's directory
+        self.model, self._peft, self.base_dir = load_policy(
+            self.model_dir, lora, reference_dir, dtype=_DTYPES[dtype]
+        )
         self.model.to(self.device)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
