@@ -4,7 +4,8 @@ Metrics returned by ``step`` (documented here, and only here):
 
 - ``learner/loss``: total loss of the update (pg + kl_coef * kl), token mean.
 - ``learner/pg_loss``: PPO dual-clipped surrogate, token mean over the batch.
-- ``learner/kl``: k3 KL to the frozen reference, token mean (only if kl_coef > 0).
+- ``learner/kl``: k3 KL to the frozen reference (with lora: the base, adapters disabled),
+  token mean (only if kl_coef > 0).
 - ``learner/approx_kl``: k3 estimate of KL(rollout || learner) on the trained tokens.
 - ``learner/grad_norm``: global gradient norm before clipping.
 - ``learner/lr``: learning rate of this update (after the linear warmup).

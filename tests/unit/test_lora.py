@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from agentrl.actors.engines.base import WeightsMismatch
 from agentrl.actors.engines.torch import TorchEngine
 from agentrl.trainer import LoraError, LoraSpec, TorchLearner, build_batch, checkpoint_digest
 from agentrl.trainer._lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, merged_state
@@ -259,14 +260,14 @@ def test_refusals(model_dir: Path, tmp_path: Path) -> None:
         LoraSpec(rank=0, dropout=1.0)
     from agentrl.actors.engines.vllm.engine import _refuse_adapter
 
-    with pytest.raises(Exception, match="VLLMEngine loads full checkpoints only"):
+    with pytest.raises(WeightsMismatch, match="VLLMEngine loads full checkpoints only"):
         _refuse_adapter(tmp_path / "v1")
     engine = TorchEngine(model_dir, max_batch=1)
     try:  # an adapter whose base is gone: refused at load, the engine keeps serving
         moved = Path(shutil.copytree(tmp_path / "v1", tmp_path / "v1b"))
         config = (moved / ADAPTER_CONFIG).read_text().replace(str(model_dir.resolve()), "/nope")
         (moved / ADAPTER_CONFIG).write_text(config)
-        with pytest.raises(Exception, match="its base model '/nope' is not a model directory"):
+        with pytest.raises(WeightsMismatch, match="its base model '/nope' is not a model dir"):
             engine.load(moved, 2)
         assert engine.version == 0
     finally:
