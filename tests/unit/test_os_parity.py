@@ -21,11 +21,12 @@ from agentrl.actors._episode import sample_error_trajectory
 from agentrl.actors._learner import _untrained
 from agentrl.environments import SampleError, make_task
 from agentrl.environments._check import check
-from agentrl.environments.tasks.os.items import ItemError, load_items, scripts_root
+from agentrl.environments.tasks.os.items import ItemError, content_key, load_items, scripts_root
 from agentrl.environments.tasks.os.tools import QUESTION, SYSTEM_PROMPT, TOOLS
 from agentrl.messages import ChatMessage, EpisodeRequest, ToolCall
 
 MIRROR = Path("/work/.mirror/THUDM+AgentBench/repo")
+SHARED_OS = Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "os_interaction"
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None or os.geteuid() != 0,
     reason="os sessions here use the bwrap sandbox: needs bubblewrap and root",
@@ -184,3 +185,61 @@ def test_the_image_is_read_from_create_local(tmp_path):
     """task.py lines 245-248: ``create.local`` names the image (``default`` otherwise)."""
     item = {"description": "d", "create": {"local": "packages"}, "evaluation": {"match": "x"}}
     assert load_items(_data(tmp_path, item))[0].image == "packages"
+
+
+def _layout(base: Path, folders: dict[str, list[dict]], scripts: dict[str, str]) -> None:
+    """AgentBench's ``data/os_interaction``: ``data/<N>/*.json`` and ``scripts/<N>/``."""
+    for name, items in folders.items():
+        (base / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "data" / name).write_text(json.dumps(items))
+    for name, code in scripts.items():
+        (base / "scripts" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "scripts" / name).write_text(code)
+
+
+def test_a_folder_or_a_glob_is_read_as_agentbench_s_config_reads_it(tmp_path):
+    """os.yaml lines 63-90 (os-std: ``data/<N>/*.json`` with ``scripts/<N>/``, 1 to 7) and
+    task.py lines 176-200 (a glob's .json and .jsonl files, every item one index)."""
+    base = tmp_path / "os_interaction"
+    item = {"description": "d", "evaluation": {"check": [{"file": "check/x.sh"}]}}
+    _layout(
+        base,
+        {"10/b.json": [item], "2/a.json": [item, item], "dev.json": [item], "2/notes.txt": []},
+        {"2/check/x.sh": "echo 2", "10/check/x.sh": "echo 10", "dev/check/x.sh": "echo dev"},
+    )
+    for spec in (base, base / "data", f"{base}/data/*/*.json"):
+        items = load_items(spec)
+        assert [i.check[0].code for i in items] == ["echo 2", "echo 2", "echo 10"]
+        assert [i.source for i in items] == ["2/a.json#0", "2/a.json#1", "10/b.json#0"]
+    assert [i.check[0].code for i in load_items(base / "data" / "dev.json")] == ["echo dev"]
+    with pytest.raises(ItemError, match=r"no \.json or \.jsonl"):
+        load_items(f"{base}/data/*/*.yaml")
+
+
+@pytest.mark.skipif(not SHARED_OS.exists(), reason=f"no AgentBench sample at {SHARED_OS}")
+def test_agentbench_s_sample_folder_loads_whole():
+    """The published sample: ``data/dev.json`` (26 items) and its ``scripts/dev/``."""
+    items = load_items(SHARED_OS)
+    assert len(items) == 26 and items[25].source == "data/dev.json#25"
+    assert load_items(SHARED_OS / "data") == items
+
+
+def test_repeated_items_and_one_question_of_two_images_all_load_on_one_side(tmp_path):
+    """task.py lines 190-200: AgentBench plays every item of a file, one index each, the
+    same question in its ``default`` and ``packages`` images included (its ``data/3``)."""
+    npm = {
+        "description": "Is npm installed? yes or no",
+        "evaluation": {"check": [None, {"language": "python", "code": "exit(0)"}]},
+    }
+    npm["evaluation"]["example"] = "command -v npm >/dev/null && echo yes || echo no"
+    others = [{"description": f"q{i}", "evaluation": {"match": str(i)}} for i in range(12)]
+    data = _data(tmp_path, npm, {**npm, "create": {"local": "packages"}}, *others, npm)
+    envs = {s: make_task("os", split=s, data=data) for s in ("train", "test", "all")}
+    assert envs["all"].num_instances == 15
+    assert envs["train"].num_instances + envs["test"].num_instances == 15
+    key = content_key(envs["all"].item(0))
+    sides = [s for s in ("train", "test") for i in range(envs[s].num_instances)
+             if content_key(envs[s].item(i)) == key]  # fmt: skip
+    assert len(sides) == 3 and len(set(sides)) == 1
+    images = [envs["all"].item(i).image for i in (0, 1, 14)]
+    assert images == [None, "packages", None]

@@ -1,16 +1,20 @@
 """Items of the ``os`` task: AgentBench's os_interaction format, read and checked.
 
-A data file is a JSON list of items (or one item, or JSONL). Scripts are
+A data file is a JSON list of items (or one item, or JSONL). The ``data`` option names
+a file, a folder or a glob of files, read as AgentBench's task config reads its data
+(`data_files`), every item kept (duplicates too: AgentBench plays each). Scripts are
 given as a bash string, ``{"code": ...}`` or ``{"file": ...}`` (a path under
-the scripts folder), with an optional ``"language"`` (``bash``, default, or
-``python``). Read once at load time; a missing file, an unknown language or
+the scripts folder of the item's file), with an optional ``"language"`` (``bash``,
+default, or ``python``). Read once at load time; a missing file, an unknown language or
 an item without a judge raises `ItemError` naming the item.
 """
 
 from __future__ import annotations
 
+import glob
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -27,6 +31,7 @@ __all__ = [
     "OSItem",
     "Script",
     "content_key",
+    "data_files",
     "load_items",
     "parse_item",
     "scripts_root",
@@ -103,6 +108,9 @@ class OSItem:
     labels: tuple[str, ...] = ()
     level: int = FULL_LEVEL
     """The graded level this item plays (`tasks.os.levels`; data-set items: the full one)."""
+    source: str = ""
+    """Where the item was read (``4/N37.json#0``: folder, file and position), for reports;
+    not part of `content_key`."""
 
     @property
     def wants_answer(self) -> bool:
@@ -111,7 +119,10 @@ class OSItem:
 
 
 def content_key(item: OSItem) -> str:
-    """What makes an item itself, for the train/test split: its description and judge."""
+    """What makes an item itself, for the train/test split: its description and judge.
+
+    Items with one key (AgentBench's files repeat some, or ask one question of two images)
+    are kept together on one side of the split (`tasks.os.task`)."""
     return repr((item.description, item.match, item.check, item.init))
 
 
@@ -203,27 +214,79 @@ def builtin_root() -> Traversable:
 
 
 def load_items(path: str | Path | None = None, scripts: str | Path | None = None) -> list[OSItem]:
-    """Items of a data file (the built-in set when ``path`` is None).
+    """Items of the data files ``path`` names (`data_files`; the built-in set when None).
 
     ``scripts`` is the folder ``{"file": ...}`` paths are relative to; by default
-    `scripts_root` of the data file.
+    `scripts_root` of each data file.
     """
     if path is None:
         root: Traversable = builtin_root()
-        text, where = root.joinpath("items.json").read_text(encoding="utf-8"), "built-in os set"
-    else:
-        path = Path(path)
+        text = root.joinpath("items.json").read_text(encoding="utf-8")
+        return _file_items(text, "built-in os set", "items.json", root)
+    items: list[OSItem] = []
+    for file in data_files(path):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = file.read_text(encoding="utf-8")
         except OSError as exc:
-            raise ItemError(f"{path}: cannot read: {exc}") from exc
-        where = str(path)
-        root = Path(scripts) if scripts is not None else scripts_root(path)
+            raise ItemError(f"{file}: cannot read: {exc}") from exc
+        root = Path(scripts) if scripts is not None else scripts_root(file)
+        items += _file_items(text, str(file), f"{file.parent.name}/{file.name}", root)
+    if not items:
+        raise ItemError(f"{path}: no items")
+    return items
+
+
+def _file_items(text: str, where: str, short: str, root: Traversable) -> list[OSItem]:
     raws = _records(text, where)
     items = [parse_item(raw, f"{where} item {i}", root) for i, raw in enumerate(raws)]
-    if not items:
-        raise ItemError(f"{where}: no items")
-    return items
+    return [replace(item, source=f"{short}#{i}") for i, item in enumerate(items)]
+
+
+DATA_SUFFIXES = (".json", ".jsonl")
+"""The data files AgentBench reads (``task.py``: a glob's other matches are skipped)."""
+
+
+def data_files(spec: str | Path) -> list[Path]:
+    """The data files ``spec`` names, as AgentBench's ``configs/tasks/os.yaml`` reads them.
+
+    - a glob (``data/os_interaction/data/*/*.json``): its ``.json`` and ``.jsonl`` matches;
+    - a folder holding folders of data files (AgentBench's ``data/os_interaction/data``):
+      the files of those folders, ``<N>/*.json`` as its ``os-std`` config lists them
+      (``1/`` to ``7/``: 144 items; ``dev.json`` and ``6-backup.json`` beside them are
+      not read); AgentBench's ``os_interaction`` folder itself reads its ``data``;
+    - a folder of data files: those files;
+    - anything else: that file.
+
+    Folders and files come in natural order (``2/`` before ``10/``). Raises `ItemError`
+    when a glob or a folder holds no data file.
+    """
+    text = str(spec)
+    if glob.has_magic(text):
+        files = [Path(f) for f in sorted(glob.glob(text), key=_natural) if _is_data(Path(f))]
+    elif Path(text).is_dir():
+        folder = Path(text)
+        if (folder / "data").is_dir() and (folder / "scripts").is_dir():
+            folder = folder / "data"  # AgentBench's data/os_interaction
+        groups = [d for d in sorted(folder.iterdir(), key=_natural) if d.is_dir()]
+        files = [f for d in groups for f in _data_in(d)] or _data_in(folder)
+    else:
+        return [Path(text)]
+    if not files:
+        raise ItemError(f"{text}: no .json or .jsonl data file there")
+    return files
+
+
+def _data_in(folder: Path) -> list[Path]:
+    return [f for f in sorted(folder.iterdir(), key=_natural) if _is_data(f)]
+
+
+def _is_data(path: Path) -> bool:
+    return path.is_file() and path.name.endswith(DATA_SUFFIXES)
+
+
+def _natural(path: str | Path) -> list:
+    """A sort key reading digit runs as numbers (``2`` before ``10``)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
 def scripts_root(path: Path) -> Path:

@@ -191,7 +191,7 @@ class OSTask:
         self._seed = seed
         self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "os")
         items = load_items(data, scripts) if FULL_LEVEL in self._levels else []
-        self._items = split_items(items, map(content_key, items), split, seed)
+        self._items = _split(items, split, seed)
         if FULL_LEVEL in self._levels and not self._items:
             raise ValueError(f"os: the {split} split of the data holds no item")
         self._plan = LevelPlan(self._levels, FULL_LEVEL, len(self._items), generated)
@@ -235,7 +235,8 @@ class OSTask:
 
     def describe(self, index: int) -> str:
         item = self.item(index)
-        return f"[{','.join(item.labels)}] {item.description[:80]!r}"
+        where = f" ({item.source})" if item.source else ""
+        return f"[{','.join(item.labels)}] {item.description[:80]!r}{where}"
 
     def last_output(self, index: int) -> str:
         """Raw output of the latest ``bash_action`` on instance ``index`` (for scripted agents)."""
@@ -398,3 +399,12 @@ class OSTask:
             success=success,
             metrics=metrics,
         )
+
+
+def _split(items: list[OSItem], split: str, seed: int) -> list[OSItem]:
+    """The items of ``split``; items with one `content_key` (a repeated item, one question
+    of two images) share their side, so none is on both."""
+    keys = [content_key(item) for item in items]
+    distinct = list(dict.fromkeys(keys))
+    side = set(split_items(distinct, distinct, split, seed))
+    return [item for item, key in zip(items, keys, strict=True) if key in side]
