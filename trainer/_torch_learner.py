@@ -201,9 +201,7 @@ class TorchLearner:
         )
         self.model.to(self.device)
         if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
-            if lora is not None:  # frozen embeddings: the checkpointed blocks need an input grad
-                self.model.enable_input_require_grads()
+            self.model.gradient_checkpointing_enable()  # non-reentrant: LoRA's grads flow
         self.model.train()
         if share_prefix is None:
             share_prefix = self.device.type == "cpu"
