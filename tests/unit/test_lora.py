@@ -272,6 +272,11 @@ def test_refusals(model_dir: Path, tmp_path: Path) -> None:
         assert engine.version == 0
     finally:
         engine.close()
+    dora = Path(shutil.copytree(tmp_path / "v1", tmp_path / "v1d"))  # what the merge lacks
+    config = (dora / ADAPTER_CONFIG).read_text().replace('"use_dora": false', '"use_dora": true')
+    (dora / ADAPTER_CONFIG).write_text(config)
+    with pytest.raises(LoraError, match=r"plain LoRA adapters load here \(it uses \['use_dora'"):
+        merged_state(dora)
 
 
 def test_the_config_takes_lora_and_lists_what_it_cannot_run_with() -> None:
