@@ -363,13 +363,17 @@ def bfcl_of_arms(args: argparse.Namespace, work: Path) -> None:
         print(f"[{arm}] BFCL added to {path}", flush=True)
 
 
-def warm_start(cfg_path: Path, steps: int, lr: float | None = None) -> float:
-    """``agentrl sft --config C --steps N [--lr LR]`` (in this process); its wall-clock seconds."""
+def warm_start(
+    cfg_path: Path, steps: int, lr: float | None = None, batch: int | None = None
+) -> float:
+    """``agentrl sft --config C --steps N [--lr LR] [--batch-episodes B]`` (in this process);
+    its wall-clock seconds."""
     from agentrl.ops.cli_agentrl import main as agentrl_main
 
     start = time.monotonic()
     argv = ["sft", "--config", str(cfg_path), "--steps", str(steps)]
     argv += ["--lr", str(lr)] if lr is not None else []
+    argv += ["--batch-episodes", str(batch)] if batch is not None else []
     code = agentrl_main(argv)
     if code != 0:
         raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
@@ -459,12 +463,13 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         base = evaluate(cfg, cfg["model"], run_dir / "eval-base.md", args)
         print(f"[{arm}] base model: {base['pass_rate']}", flush=True)
     sft = {"steps": args.sft_steps, "seconds": 0.0, "version": 0, "lr": args.sft_lr}
+    sft["batch_episodes"] = args.sft_batch
     before = None
     if args.warm_start_from:
         sft, before = reuse_warm_start(args.warm_start_from, run_dir, cfg, args)
         print(f"[{arm}] warm start from {args.warm_start_from}: v{sft['version']}", flush=True)
     elif args.sft_steps:
-        sft["seconds"] = warm_start(cfg_path, args.sft_steps, args.sft_lr)
+        sft["seconds"] = warm_start(cfg_path, args.sft_steps, args.sft_lr, args.sft_batch)
         sft["version"] = max(checkpoints(run_dir), default=0)
         print(f"[{arm}] warm start: {args.sft_steps} steps in {sft['seconds']:.0f} s", flush=True)
     v0 = sft["version"]
@@ -537,6 +542,9 @@ def main() -> None:
         help="reuse the warm start (and its evaluation) of an earlier arm's run directory",
     )
     parser.add_argument("--sft-lr", type=float, help="warm start lr (default: learner.lr)")
+    parser.add_argument(
+        "--sft-batch", type=int, help="warm start episodes per step (default: the RL batch's)"
+    )
     parser.add_argument(
         "--eval-base", action="store_true", help="also evaluate the model as shipped first"
     )
