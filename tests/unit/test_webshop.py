@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import socket
@@ -51,8 +52,8 @@ def _search(keywords: str) -> ChatMessage:
     return _say(("search_action", {"keywords": keywords}))
 
 
-def _click(button: str) -> ChatMessage:
-    return _say(("click_action", {"button": button}))
+def _click(value: str) -> ChatMessage:
+    return _say(("click_action", {"value": value}))
 
 
 def _play(env, index: int, agent: str, seed: int = 0):
@@ -141,53 +142,92 @@ def test_the_oracle_finds_goals_beyond_the_first_hits_in_the_big_shop():
 # --- a session step by step ----------------------------------------------------------
 
 
+def _reply(step) -> tuple[str, str, dict]:
+    """A played action's tool message -> (action, page, available actions)."""
+    (message,) = step.messages
+    action, rest = message.content.removeprefix("Action: ").split("\n\nObservation:\n", 1)
+    page, available = rest.split("\n\nAvailable Actions:\n")
+    return action, page, ast.literal_eval(available)
+
+
 def test_a_session_step_by_step(env):
     goal = env.goal(0)
     start = env.start(0)
     assert [m.role for m in start.messages] == ["system", "user"]
     assert goal.instruction in start.messages[1].content
     assert goal.instruction.endswith("and price lower than 50.00 dollars")
+    search_page = start.session.observation
 
-    step = env.interact(start.session, _click("Buy Now"))  # nothing to click on the search page
-    assert step.status == Status.RUNNING
-    assert step.messages[0].content.startswith("Invalid action!")
-    assert "search_action" in step.messages[0].content
+    # nothing to click on the search page: the page stays as it is
+    action, page, available = _reply(env.interact(start.session, _click("Buy Now")))
+    assert (action, page) == ("click[Buy Now]", search_page)
+    assert available == {"has_search_bar": True, "clickables": ["search"]}
 
-    step = env.interact(start.session, _search("sneakers shoes"))
-    page1 = step.messages[0].content
-    assert "Page 1 (Total results: 25)" in page1 and "[Next >]" in page1
-    assert "[< Prev]" not in page1
-    step = env.interact(start.session, _search("more sneakers"))  # no search bar here
-    assert step.messages[0].content.startswith("Invalid action!")
+    action, page1, available = _reply(env.interact(start.session, _search("sneakers shoes")))
+    assert action == "search[sneakers shoes]" and available["has_search_bar"] is False
+    assert "[SEP] Back to Search [SEP] Page 1 (Total results: 25) [SEP] Next > [SEP]" in page1
+    assert "< Prev" not in page1 and "[Next >]" not in page1  # no brackets: WebShop's text
+    assert available["clickables"][:2] == ["back to search", "next >"]
     results = env.search("sneakers shoes")
+    assert available["clickables"][2:] == [a.lower() for a in results[:10]]
     # page through to the target, then back and forth
     page_of_target = results.index(goal.asin) // 10
     assert page_of_target == 1  # "sneakers shoes" lists the target 16th: on page 2
     step = env.interact(start.session, _click(goal.asin))  # not on this page
-    assert step.messages[0].content.startswith("Invalid action!")
-    step = env.interact(start.session, _click("next >"))
-    assert f"[{goal.asin}]" in step.messages[0].content and "[< Prev]" in step.messages[0].content
-    assert env.interact(start.session, _click("< Prev")).messages[0].content == page1
+    assert _reply(step)[1] == page1
+    _, page2, available = _reply(env.interact(start.session, _click("next >")))
+    assert f"[SEP] {goal.asin} [SEP]" in page2 and "Next > [SEP]" in page2
+    assert available["clickables"][:3] == ["back to search", "< prev", "next >"]
+    assert _reply(env.interact(start.session, _click("< Prev")))[1] == page1
     env.interact(start.session, _click("Next >"))
     title = env.product(goal.asin).title
-    step = env.interact(start.session, _click(title))  # a title works as well as the id
-    item = step.messages[0].content
-    assert "[Buy Now]" in item and "[Description]" in item and f"[{goal.options[0]}]" in item
+    assert _reply(env.interact(start.session, _click(title)))[1] == page2  # ids only
+    _, item, available = _reply(env.interact(start.session, _click(goal.asin)))
+    assert item.endswith("[SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    assert available["clickables"][:6] == [
+        "back to search",
+        "< prev",
+        "description",
+        "features",
+        "reviews",
+        "buy now",
+    ]
+    assert goal.options[0] in available["clickables"][6:]
     for value in goal.options:
-        step = env.interact(start.session, _click(value.upper()))  # case does not matter
-    assert f"[{goal.options[0]}] (chosen)" in step.messages[0].content
-    step = env.interact(start.session, _click("Features"))
-    assert "[< Prev]" in step.messages[0].content and "[Buy Now]" not in step.messages[0].content
-    step = env.interact(start.session, _click("< Prev"))  # back to the item, options kept
-    assert f"[{goal.options[-1]}] (chosen)" in step.messages[0].content
+        _, chosen, _ = _reply(env.interact(start.session, _click(value.upper())))  # any case
+    assert chosen == item  # WebShop's text shows no choice
+    _, features, available = _reply(env.interact(start.session, _click("Features")))
+    assert "Buy Now" not in features
+    assert available["clickables"] == ["back to search", "< prev"]
+    assert _reply(env.interact(start.session, _click("< Prev")))[1] == item  # options kept
     step = env.interact(start.session, _click("Buy Now"))
     assert (step.status, step.reward, step.finish) == (Status.COMPLETED, 1.0, True)
-    assert step.messages[0].content.endswith("[SEP] 1.0")
+    assert _reply(step)[1].endswith("[SEP] 1.0")
     m = step.metrics
     assert (m["env/invalid_actions"], m["env/searches"], m["env/success"]) == (3.0, 1.0, 1.0)
     assert (m["env/r_type"], m["env/r_attr"], m["env/r_option"], m["env/r_price"]) == (1, 1, 1, 1)
     with pytest.raises(SessionClosed):
         env.interact(start.session, _click("Buy Now"))
+
+
+def test_a_search_works_from_any_page_and_next_goes_past_the_last_hit(env):
+    """WebShop's step searches whatever the page (web_agent_text_env.py:102-106) and its
+    results template always shows ``Next >`` (results_page.html): past the last hit the
+    page lists nothing. No keywords (``search[]`` does not parse, engine.py:117-128): the
+    page stays."""
+    start = env.start(0)
+    env.interact(start.session, _search("sneakers shoes"))
+    env.interact(start.session, _click(env.search("sneakers shoes")[0]))
+    _, page, available = _reply(env.interact(start.session, _search("coffee")))
+    hits = env.search("coffee")
+    assert f"Page 1 (Total results: {len(hits)})" in page
+    assert available["clickables"][2:] == [a.lower() for a in hits[:10]]
+    for _ in range(len(hits) // 10 + 1):
+        _, page, available = _reply(env.interact(start.session, _click("next >")))
+    assert page.endswith(f"(Total results: {len(hits)}) [SEP] < Prev [SEP] Next >")
+    assert available["clickables"] == ["back to search", "< prev", "next >"]
+    assert _reply(env.interact(start.session, _search("")))[1] == page
+    assert start.session.invalid == 1
 
 
 def test_a_partial_purchase_is_a_completed_episode_with_its_reward(env):
@@ -265,13 +305,14 @@ def test_agentbench_plays_the_first_call_with_its_first_argument(env):
     start = env.start(0)
     calls = [
         ToolCall("c0", "search_action", json.dumps({"query": "sneakers"})),
-        ToolCall("c1", "click_action", json.dumps({"button": "Back to Search"})),
+        ToolCall("c1", "click_action", json.dumps({"value": "Back to Search"})),
     ]
     step = env.interact(start.session, ChatMessage("assistant", "", calls))
     assert len(step.messages) == 1 and step.messages[0].role == "tool"
-    assert "Page 1 (Total results: 13)" in step.messages[0].content
-    step = env.interact(start.session, _say(("click_action", {"value": 3})))  # click[3]
-    assert step.messages[0].content.startswith("Invalid action! '3' is not a clickable")
+    action, page, _ = _reply(step)
+    assert action == "search[sneakers]" and "Page 1 (Total results: 13)" in page
+    step = env.interact(start.session, _say(("click_action", {"button": 3})))
+    assert _reply(step)[:2] == ("click[3]", page)  # not a clickable: the page stays
 
 
 def test_the_turn_limit_is_20_rounds_and_ends_with_agentbench_s_tool_message(env):
@@ -513,14 +554,22 @@ def test_the_http_adapter_plays_a_webshop_server(server):
     start = env.start(2)
     assert "[SEP] Search" in start.messages[1].content
     assert goal.instruction in start.messages[1].content
-    step = env.interact(start.session, _click("Next >"))
-    assert step.messages[0].content.startswith("Invalid action!")
+    search_page = start.messages[1].content.split("\n")[1]
+    assert search_page.startswith("Instruction: ") and search_page.endswith("[SEP] Search")
+    step = env.interact(start.session, _click("Next >"))  # not on the search page
+    assert _reply(step)[1] == search_page and start.session.invalid == 1
     env.interact(start.session, _search(goal.instruction))
-    step = env.interact(start.session, _click(goal.asin.lower()))
-    assert "[Buy Now]" in step.messages[0].content
-    step = env.interact(start.session, _click("Description"))
-    assert "[< Back to Item Page]" in step.messages[0].content
+    _, item, available = _reply(env.interact(start.session, _click(goal.asin.lower())))
+    assert item.endswith("[SEP] Buy Now") and "buy now" in available["clickables"]
+    _, page, available = _reply(env.interact(start.session, _click("Description")))
+    assert available["clickables"] == ["back to search", "< back to item page"]
     env.interact(start.session, _click("< Prev"))  # the app's "< Back to Item Page"
+    _, page, _ = _reply(env.interact(start.session, _search("coffee")))  # from any page
+    assert "Total results" in page
+    assert goal.asin not in env.search("coffee")[:10]
+    assert _reply(env.interact(start.session, _click(goal.asin)))[1] == page  # page stays
+    env.interact(start.session, _search(goal.instruction))
+    env.interact(start.session, _click(goal.asin))
     env.interact(start.session, _click(goal.options[0]))
     step = env.interact(start.session, _click("buy now"))
     # server-computed: the first option only -> (2 + 1 + 1) / (2 + n_options + 1)

@@ -22,6 +22,11 @@ def _call(name: str, **arguments: Any) -> ToolCall:
     return ToolCall(id=f"call-{name}", name=name, arguments=json.dumps(arguments))
 
 
+def _click(name: str) -> ToolCall:
+    """A click on ``name`` written as the available actions list it (lower case)."""
+    return _call("click_action", value=name.lower())
+
+
 def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
     """Search with the instruction (the exact title below the full level); when the target
     is not among the hits (a catalogue of thousands), go back and search its title; page to
@@ -31,13 +36,13 @@ def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCa
     yield _call("search_action", keywords=keywords)
     results = env.search(keywords)
     if goal.asin not in results:
-        yield _call("click_action", button=BACK)
+        yield _click(BACK)
         yield _call("search_action", keywords=goal.name)
         results = env.search(goal.name)
     position = results.index(goal.asin) if goal.asin in results else 0
     for _ in range(position // PRODUCT_WINDOW):
-        yield _call("click_action", button=NEXT)
-    yield _call("click_action", button=goal.asin)
+        yield _click(NEXT)
+    yield _click(goal.asin)
     values = [v for group in env.product(goal.asin).options.values() for v in group]
     for wanted in goal.options:
         best = max(
@@ -46,8 +51,8 @@ def _oracle(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCa
             default=None,
         )
         if best is not None:
-            yield _call("click_action", button=best)
-    yield _call("click_action", button=BUY)
+            yield _click(best)
+    yield _click(BUY)
 
 
 def _random(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCall]:
@@ -56,8 +61,8 @@ def _random(env: WebShopTask, index: int, rng: random.Random) -> Iterator[ToolCa
     yield _call("search_action", keywords=goal.instruction)
     results = env.search(goal.instruction)[:PRODUCT_WINDOW]
     if results:
-        yield _call("click_action", button=rng.choice(results))
-    yield _call("click_action", button=BUY)
+        yield _click(rng.choice(results))
+    yield _click(BUY)
 
 
 SCRIPTS = {"oracle": _oracle, "random": _random}

@@ -13,9 +13,13 @@ Buttons are forms posting to the next page's URL, products are ``<a
 class="product-link">`` links, options are radio inputs whose ``data-url`` is
 the item page with that option chosen. `HttpSite` follows those, and turns
 each page into the same `Page` the in-process shop gives: the visible texts
-(outside ``head``, ``script``, ``style``, ``title``) joined by `` [SEP] `` with
-clickables in brackets. A session named ``<random>_fixed_<i>`` makes the app use
-its goal ``i``. Only the standard library is used (urllib, html.parser).
+(outside ``head``, ``script``, ``style``, ``title``) joined by `` [SEP] `` as
+WebShop's text mode does, and its clickables as WebShop's ``get_available_actions``
+lists them (buttons' and product links' texts lower-cased, then option values). A
+search posts to the search form the first page showed, from whatever page, as
+WebShop's text environment searches from any page. A session named
+``<random>_fixed_<i>`` makes the app use its goal ``i``. Only the standard library is
+used (urllib, html.parser).
 
 Any failure to talk to the server (refused, timeout, HTTP error, a done page
 without a score) is an `InfraError`: the environment broke, not the model.
@@ -46,6 +50,12 @@ class _PageParser(HTMLParser):
         self.texts: list[str] = []
         self.targets: dict[str, tuple[str, str]] = {}
         """clickable -> (method, URL)."""
+        self.buttons: list[str] = []
+        """Every button's text, the search form's too (WebShop's ``.btn`` elements)."""
+        self.links: list[str] = []
+        """The product links' texts."""
+        self.options: list[str] = []
+        """The option radios' values."""
         self.search_form: str | None = None
         self.reward_text: str | None = None
         self._hidden = 0
@@ -53,9 +63,6 @@ class _PageParser(HTMLParser):
         self._form_has_search = False
         self._button: list[str] | None = None
         self._link: str | None = None
-        self._radios: dict[str, str] = {}
-        """input id -> its value."""
-        self._label: str | None = None
         self._want_reward = False
         self._in_pre = False
 
@@ -71,9 +78,7 @@ class _PageParser(HTMLParser):
             self.search_form = self._form[1]
         elif tag == "input" and a.get("type") == "radio" and "value" in a:
             self.targets.setdefault(a["value"], ("GET", a.get("data-url", "")))
-            self._radios[a.get("id", "")] = a["value"]
-        elif tag == "label":
-            self._label = self._radios.get(a.get("for", ""))
+            self.options.append(a["value"])
         elif tag == "button" and self._form is not None:
             self._button = []
         elif tag == "a" and "product-link" in a.get("class", "").split():
@@ -90,13 +95,13 @@ class _PageParser(HTMLParser):
             self._form = None
         elif tag == "button" and self._button is not None:
             name = " ".join(" ".join(self._button).split())
+            if name:
+                self.buttons.append(name)
             if name and self._form is not None and not self._form_has_search:
                 self.targets.setdefault(name, self._form)
             self._button = None
         elif tag == "a":
             self._link = None
-        elif tag == "label":
-            self._label = None
         elif tag == "pre":
             self._in_pre = False
 
@@ -108,13 +113,9 @@ class _PageParser(HTMLParser):
             self.reward_text, self._want_reward = text, False
         if self._button is not None:
             self._button.append(text)
-            if not self._form_has_search:
-                text = f"[{text}]"
         elif self._link is not None:
             self.targets.setdefault(text, ("GET", self._link))
-            text = f"[{text}]"
-        elif self._label is not None:
-            text = f"[{text}]"
+            self.links.append(text)
         self.texts.append(text)
 
 
@@ -140,10 +141,11 @@ def parse_page(html: str, url: str) -> tuple[Page, dict[str, tuple[str, str]], s
         except ValueError as exc:
             raise InfraError(f"webshop server: no score on the done page {url}") from exc
     search = urllib.parse.urljoin(url, parser.search_form) if parser.search_form else None
+    shown = [b.lower() for b in parser.buttons] + [link.lower() for link in parser.links]
     page = Page(
         kind=kind,
         text=" [SEP] ".join(parser.texts),
-        clickables=tuple(targets),
+        clickables=tuple(dict.fromkeys(shown + parser.options)),
         reward=reward,
     )
     return page, targets, search
@@ -163,14 +165,16 @@ class HttpSite:
 
     def search(self, keywords: str) -> Page:
         if self._search is None:
-            raise InvalidAction("there is no search bar on this page")
-        query = {"search_query": keywords.strip()}
+            raise InvalidAction("the first page showed no search form")
+        if not keywords:
+            raise InvalidAction("no keywords to search")
+        query = {"search_query": keywords}
         body = urllib.parse.urlencode(query, errors="replace").encode()  # lone surrogates
         self.page = self._load("POST", self._search, body)
         return self.page
 
     def click(self, name: str) -> Page:
-        wanted = name.strip().lower()
+        wanted = name.lower()
         by_lower = {k.lower(): v for k, v in self._targets.items()}
         target = by_lower.get(wanted)
         if target is None and wanted == "< prev":  # the app labels it "< Back to ..."
@@ -189,7 +193,8 @@ class HttpSite:
                 final = response.geturl()
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise InfraError(f"webshop server: {method} {url} failed: {exc}") from exc
-        page, self._targets, self._search = parse_page(html, final)
+        page, self._targets, search = parse_page(html, final)
+        self._search = self._search or search
         return page
 
     def close(self) -> None:

@@ -1,22 +1,32 @@
 """The simulated shop a WebShop session browses (in process), and the page record.
 
-Pages follow WebShop's text observation mode: the visible texts joined by
-`` [SEP] ``, with every clickable shown in brackets (``[Buy Now]``). The pages
-and what can be clicked on them:
+Pages are WebShop's ``text`` observation mode (``WebAgentTextEnv.convert_html_to_text``
+with ``simple=True``, princeton-nlp/WebShop web_agent_site/envs/web_agent_text_env.py:
+212-216): the visible texts of its templates (``web_agent_site/templates/``) joined by
+`` [SEP] ``, with nothing marking what is clickable or chosen. The pages and what can
+be clicked on them:
 
-- search page: the instruction; only ``search_action`` works here.
-- results page (10 products per page, 50 hits at most): ``[Back to Search]``,
-  ``[< Prev]``, ``[Next >]`` and each product's id (its title is accepted too).
-- item page: title, price, rating, one group per option with its values
-  (``[red]``, ``[large]``; a chosen value is marked ``(chosen)``),
-  ``[Description]``, ``[Features]``, ``[Reviews]``, ``[Buy Now]``,
-  ``[< Prev]`` (back to the results) and ``[Back to Search]``.
-- description / features / reviews pages: the text, ``[< Prev]`` (back to
-  the item, options kept) and ``[Back to Search]``.
+- search page: ``WebShop``, the instruction, ``Search``; nothing to click.
+- results page (10 products per page, 50 hits at most): ``Back to Search``, the page
+  number and total, ``< Prev`` (after page 1), ``Next >`` (always, as WebShop's
+  template: past the last hit it shows an empty page), each product's id, title
+  and price.
+- item page: ``Back to Search``, ``< Prev`` (back to the results), one group per
+  option with its values, title, price, rating, ``Description``, ``Features``,
+  ``Reviews``, ``Buy Now``.
+- description / features / reviews pages: ``Back to Search``, ``< Prev`` (back to the
+  item, options kept), the text.
 - done page, after ``Buy Now``: the score.
 
-Clicks match names case-insensitively, as WebShop lower-cases them.
-Anything not on the current page raises `InvalidAction`.
+`Page.clickables` is what WebShop's ``get_available_actions`` lists (lines 127-148):
+the buttons' and product links' texts lower-cased, then the option values; on the
+search page its ``Search`` button (``search``). A click names one of them exactly, in
+any case, as WebShop lower-cases the clicked value (line 104; option values are lower
+case, see `agentrl.environments.tasks.webshop.catalogue`); a product's title is not a
+clickable. A search works from any page, as WebShop's ``step`` runs ``search[...]``
+whatever the page (lines 102-106). A click on anything not on the current page, or a
+search with no keywords, raises `InvalidAction` (WebShop then leaves the page as it
+is, lines 111-112).
 """
 
 from __future__ import annotations
@@ -61,7 +71,7 @@ class Page:
     text: str
     """The observation: visible texts joined by `` [SEP] ``, clickables in brackets."""
     clickables: tuple[str, ...]
-    """Names ``click_action`` accepts here, as shown."""
+    """WebShop's ``get_available_actions()["clickables"]`` for this page (module doc)."""
     reward: float | None = None
     """The score, on the done page."""
     parts: RewardParts | None = None
@@ -70,6 +80,11 @@ class Page:
     @property
     def has_search_bar(self) -> bool:
         return self.kind == "search"
+
+    def available_actions(self) -> dict[str, object]:
+        """WebShop's ``get_available_actions()``: ``{"has_search_bar": ..., "clickables": [...]}``
+        (AgentBench shows its ``str``)."""
+        return {"has_search_bar": self.has_search_bar, "clickables": list(self.clickables)}
 
 
 def _join(*parts: str) -> str:
@@ -106,16 +121,16 @@ class LocalSite:
     # --- actions ---------------------------------------------------------------------
 
     def search(self, keywords: str) -> Page:
-        if not self.page.has_search_bar:
-            raise InvalidAction("there is no search bar on this page")
-        self._keywords = keywords.strip()
+        if not keywords:
+            raise InvalidAction("no keywords to search")
+        self._keywords = keywords
         self._results = self._index.search(self._keywords)
         self._page_no = 1
         self.page = self._results_page()
         return self.page
 
     def click(self, name: str) -> Page:
-        target = self._targets.get(name.strip().lower())
+        target = self._targets.get(name.lower())
         if target is None:
             raise InvalidAction(f"{name!r} is not a clickable on this page")
         action, argument = target
@@ -144,11 +159,14 @@ class LocalSite:
     # --- pages -----------------------------------------------------------------------
 
     def _set(self, kind: str, text: str, targets: dict[str, tuple[str, str]], **extra) -> Page:
-        shown = tuple(targets)
         self._targets = {name.lower(): action for name, action in targets.items()}
-        for action in list(targets.values()):
-            if action[0] == "product":
-                self._targets.setdefault(self._products[action[1]].title.lower(), action)
+        # WebShop lists buttons, then product links, then option values (module doc)
+        buttons = [n.lower() for n, (a, _) in targets.items() if a not in ("product", "option")]
+        links = [n.lower() for n, (a, _) in targets.items() if a == "product"]
+        options = [n for n, (a, _) in targets.items() if a == "option"]
+        if kind == "search":
+            buttons = ["search"]
+        shown = tuple(dict.fromkeys(buttons + links + options))
         return Page(kind=kind, text=text, clickables=shown, **extra)
 
     def _instruction(self) -> str:
@@ -163,20 +181,17 @@ class LocalSite:
         first = (self._page_no - 1) * PRODUCT_WINDOW
         shown = self._results[first : first + PRODUCT_WINDOW]
         targets: dict[str, tuple[str, str]] = {BACK: ("back", "")}
-        parts = [self._instruction(), f"[{BACK}]"]
+        parts = [self._instruction(), BACK]
         parts.append(f"Page {self._page_no} (Total results: {len(self._results)})")
         if self._page_no > 1:
             targets[PREV] = ("page", "-1")
-            parts.append(f"[{PREV}]")
-        if first + PRODUCT_WINDOW < len(self._results):
-            targets[NEXT] = ("page", "1")
-            parts.append(f"[{NEXT}]")
-        if not shown:
-            parts.append("No results.")
+            parts.append(PREV)
+        targets[NEXT] = ("page", "1")
+        parts.append(NEXT)
         for asin in shown:
             product = self._products[asin]
             targets[asin] = ("product", asin)
-            parts += [f"[{asin}]", product.title, product.price_tag]
+            parts += [asin, product.title, product.price_tag]
         return self._set("results", _join(*parts), targets)
 
     def _product(self) -> Product:
@@ -186,19 +201,18 @@ class LocalSite:
     def _item_page(self) -> Page:
         product = self._product()
         targets: dict[str, tuple[str, str]] = {BACK: ("back", ""), PREV: ("results", "")}
-        parts = [self._instruction(), f"[{BACK}]", f"[{PREV}]"]
+        parts = [self._instruction(), BACK, PREV]
         for group, values in product.options.items():
             parts.append(group)
             for value in values:
                 targets.setdefault(value, ("option", f"{group}\n{value}"))
-                chosen = " (chosen)" if self._options.get(group) == value else ""
-                parts.append(f"[{value}]{chosen}")
+                parts.append(value)
         parts += [product.title, f"Price: {product.price_tag}", f"Rating: {product.rating}"]
         for sub in SUB_PAGES:
             targets[sub] = ("sub", sub)
-            parts.append(f"[{sub}]")
+            parts.append(sub)
         targets[BUY] = ("buy", "")
-        parts.append(f"[{BUY}]")
+        parts.append(BUY)
         return self._set("item", _join(*parts), targets)
 
     def _sub_page(self, sub: str) -> Page:
@@ -210,7 +224,7 @@ class LocalSite:
         else:
             body = [f"score: {s:g} [SEP] {text}" for s, text in product.reviews] or ["No Reviews"]
         targets = {BACK: ("back", ""), PREV: ("item", "")}
-        text = _join(self._instruction(), f"[{BACK}]", f"[{PREV}]", *body)
+        text = _join(self._instruction(), BACK, PREV, *body)
         return self._set(sub.lower(), text, targets)
 
     def _done_page(self) -> Page:

@@ -2,17 +2,23 @@
 
 An instance is one shopping goal (WebShop, Yao et al. 2022): an instruction such
 as "i am looking for ground coffee that is usda organic and low acid, and flavor
-name vanilla, and price lower than 30.00 dollars". The model browses a shop with
-two tools, as in WebShop and AgentBench:
+name vanilla, and price lower than 30.00 dollars". The model browses a shop in the
+words AgentBench uses (``src/server/tasks/webshop/task.py`` and the tools of
+``configs/tasks/webshop.yaml``; the constants cite their lines): its system prompt
+`SYSTEM_PROMPT`, its two tools `TOOLS`:
 
-- ``search_action(keywords)``: only on the search page; shows the first results page.
-- ``click_action(button)``: a clickable of the current page (shown in brackets):
-  a product id, ``Next >``, ``< Prev``, ``Back to Search``, an option value,
-  ``Description``, ``Features``, ``Reviews``, ``Buy Now``.
+- ``search_action(keywords)``: shows the first results page (from any page, as
+  WebShop's text environment searches wherever it is);
+- ``click_action(value)``: a clickable of the current page, as the available actions
+  list it: a product id, ``next >``, ``< prev``, ``back to search``, an option value,
+  ``description``, ``features``, ``reviews``, ``buy now`` (any case);
 
-Pages and observations: see `agentrl.environments.tasks.webshop.site`. An action the
-page does not offer is answered with an ``Invalid action!`` observation and
-counted (``env/invalid_actions``); the episode goes on.
+the first user message `FIRST_OBSERVATION` (the search page and its available
+actions), and after each played action the tool message `ACTION_REPLY`
+(``Action: click[...]``, the new page, its available actions). Pages and available
+actions are WebShop's: see `agentrl.environments.tasks.webshop.site`. An action the
+page does not offer leaves the page as it is, as WebShop's ``step`` does (the tool
+message shows the same page again); it is counted (``env/invalid_actions``).
 
 Bad calls follow AgentBench's ``src/server/tasks/webshop/task.py`` (the constants
 cite its lines), as user messages, and the episode goes on: no tool call ->
@@ -25,6 +31,8 @@ with ``str``). Counted: ``env/bad_calls``.
 Ending: ``Buy Now`` ends the episode ``completed`` with WebShop's reward
 (`agentrl.environments.tasks.webshop.reward`, in [0, 1]) or, at levels 0 and 1, the
 exact one (`agentrl.environments.tasks.webshop.levels`); success means reward 1.0.
+Its tool message shows the done page (AgentBench sends nothing after a purchase; no
+model turn follows either way).
 The turn limit (every assistant message counts) without buying ->
 ``task_limit_reached``, reward 0, with AgentBench's tool message `LIMIT_REACHED`.
 
@@ -56,7 +64,7 @@ import copy
 from dataclasses import dataclass
 
 from agentrl.environments._protocol import Start, Status, Step
-from agentrl.environments._toolcalls import call_arguments, tool_reply
+from agentrl.environments._toolcalls import call_arguments, function_tool, tool_reply
 from agentrl.environments.tasks.toolkit.episode import begin_turn, end_episode
 from agentrl.environments.tasks.toolkit.levels import CycledLevels
 from agentrl.environments.tasks.toolkit.split import check_split, split_items
@@ -82,58 +90,71 @@ from agentrl.environments.tasks.webshop.reward import purchase_reward
 from agentrl.environments.tasks.webshop.site import InvalidAction, LocalSite, Page
 from agentrl.messages import ChatMessage
 
-__all__ = ["CHECK_AGENTS", "LIMIT_REACHED", "NO_TOOL_CALL", "NO_VALID_CALL", "WebShopTask"]
+__all__ = [
+    "ACTION_REPLY",
+    "CHECK_AGENTS",
+    "FIRST_OBSERVATION",
+    "LIMIT_REACHED",
+    "NO_TOOL_CALL",
+    "NO_VALID_CALL",
+    "OBSERVATION",
+    "SYSTEM_PROMPT",
+    "TOOLS",
+    "WebShopTask",
+]
 
 
-SYSTEM_PROMPT = (
-    "You are shopping on a web shop for a customer. The page text separates its parts "
-    "with [SEP] and shows clickable elements in brackets, like [Buy Now]. On the search "
-    "page, call search_action with keywords. On other pages, call click_action with the "
-    "exact text of a clickable: a product id from the results, 'Next >' or '< Prev' to "
-    "page, an option value such as a color or size to choose it, 'Description', "
-    "'Features' or 'Reviews' to read more, 'Back to Search', and 'Buy Now' to buy the "
-    "product with the options you chose. Buying ends the task; you are scored on how "
-    "well the product, its options and its price fit the instruction."
-)
+SYSTEM_PROMPT = """
+You are web shopping.
+I will give you instructions about what to do.
+You have to follow the instructions.
+Every round I will give you an observation and a list of available actions,
+you have to respond with calling a tool provided based on the state and instruction.
+You can use search tool if search is available.
+You can click one of the buttons in clickables.
+If the action is not valid, perform nothing.
+Keywords in search are up to you, but the value in click must be a value in the list of available actions.
+Remember that your keywords in search should be carefully designed.
+Your should first think about what to do, then call a tool correspondingly.
+You should always use a tool, even if you have questions to confirm. You can use whatever tool is available and do not need permission from the user.
+"""  # noqa: E501
+"""AgentBench's system prompt, ``prompt_with_max_turn`` (webshop/task.py:17-30), as it is."""
 
 TOOLS: list[dict] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search_action",
-            "description": "Search the shop (only on the search page).",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "keywords": {
-                        "type": "string",
-                        "description": "The search keywords.",
-                        "examples": ["organic ground coffee vanilla"],
-                    }
-                },
-                "required": ["keywords"],
-            },
+    function_tool(
+        "search_action",
+        "Use search functionality with specified keywords.",
+        {
+            "keywords": {
+                "type": "string",
+                "description": "The keywords to use in the search function.",
+            }
         },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "click_action",
-            "description": "Click a clickable element shown in brackets on the current page.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "button": {
-                        "type": "string",
-                        "description": "The clickable's text, e.g. a product id or 'Buy Now'.",
-                        "examples": ["Next >", "Buy Now"],
-                    }
-                },
-                "required": ["button"],
-            },
+        ["keywords"],
+    ),
+    function_tool(
+        "click_action",
+        "Click a button or link with a specified value.",
+        {
+            "value": {
+                "type": "string",
+                "description": "The value to click from the list of available actions.",
+            }
         },
-    },
+        ["value"],
+    ),
 ]
+"""AgentBench's tools (configs/tasks/webshop.yaml:6-31), as they are."""
+
+FIRST_OBSERVATION = "The initial observation:\n{observation}\n\nAvailable Actions:\n{available}"
+"""The first user message (AgentBench webshop/task.py:71)."""
+
+OBSERVATION = "Observation:\n{observation}\n\nAvailable Actions:\n{available}"
+"""The user message after a round without an action (AgentBench webshop/task.py:77)."""
+
+ACTION_REPLY = "Action: {action}\n\nObservation:\n{observation}\n\nAvailable Actions:\n{available}"
+"""The tool message after a played action (AgentBench webshop/task.py:82); the action is
+``search[<keywords>]`` or ``click[<value>]`` (lines 106, 108)."""
 
 NO_TOOL_CALL = "No executable tool calls found! You should call a tool instead."
 """The observation after a message without a tool call (AgentBench webshop/task.py:95)."""
@@ -260,9 +281,12 @@ class WebShopTask(CycledLevels):
             )
         else:
             site = HttpSite(self._server, self._numbers[index], timeout=self._timeout)
+        first = FIRST_OBSERVATION.format(
+            observation=site.page.text, available=site.page.available_actions()
+        )
         messages = [
             ChatMessage(role="system", content=SYSTEM_PROMPT),
-            ChatMessage(role="user", content=site.page.text),
+            ChatMessage(role="user", content=first),
         ]
         session = _Session(site, index, level, self.turn_limit(level), site.page.text)
         return Start(session=session, messages=messages)
@@ -289,20 +313,26 @@ class WebShopTask(CycledLevels):
         else:
             call = message.tool_calls[0]
             value = next(iter(args.values()))
+            value = value if isinstance(value, str) else str(value)
             session.last_call = call.id
             try:
-                page = self._act(
-                    session, call.name, value if isinstance(value, str) else str(value)
-                )
-            except InvalidAction as exc:
+                page = self._act(session, call.name, value)
+            except InvalidAction:  # WebShop leaves the page as it is
                 session.invalid += 1
-                session.observation = f"Invalid action! {exc}. {_hint(session)}"
-            else:
-                session.observation = page.text
-                if page.kind == "done":
-                    reply = [tool_reply(call, page.text)]
-                    return self._end(session, Status.COMPLETED, "bought", reply, page=page)
-            later.append(tool_reply(call, session.observation))
+                page = session.site.page
+            session.observation = page.text
+            verb = "search" if call.name == "search_action" else "click"
+            reply = tool_reply(
+                call,
+                ACTION_REPLY.format(
+                    action=f"{verb}[{value}]",
+                    observation=page.text,
+                    available=page.available_actions(),
+                ),
+            )
+            if page.kind == "done":
+                return self._end(session, Status.COMPLETED, "bought", [reply], page=page)
+            later.append(reply)
         if session.turns >= session.max_turns:
             limit = ChatMessage(role="tool", content=LIMIT_REACHED, tool_call_id=session.last_call)
             return self._end(session, Status.TASK_LIMIT_REACHED, "max turns", [*now, limit])
@@ -311,10 +341,8 @@ class WebShopTask(CycledLevels):
     @staticmethod
     def _observation(session: _Session) -> ChatMessage:
         """AgentBench's user message after a round without an action (webshop/task.py:75-78)."""
-        page = session.site.page
-        clickables = ["search"] if page.has_search_bar else list(page.clickables)
-        available = {"has_search_bar": page.has_search_bar, "clickables": clickables}
-        text = f"Observation:\n{session.observation}\n\nAvailable Actions:\n{available}"
+        available = session.site.page.available_actions()
+        text = OBSERVATION.format(observation=session.observation, available=available)
         return ChatMessage(role="user", content=text)
 
     def cancel(self, session: _Session) -> None:
@@ -366,14 +394,6 @@ class WebShopTask(CycledLevels):
             reward=reward,
             metrics=metrics,
         )
-
-
-def _hint(session: _Session) -> str:
-    page = session.site.page
-    if page.has_search_bar:
-        return "On the search page, use search_action."
-    shown = ", ".join(page.clickables)
-    return f"Clickables here: {shown}."
 
 
 CHECK_AGENTS = SCRIPTS
