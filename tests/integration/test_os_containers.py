@@ -89,6 +89,10 @@ def test_output_is_capped(opener):
     suite.output_is_capped(opener)
 
 
+def test_a_judge_s_output_is_its_stdout(opener):
+    suite.judge_hands_over_stdout(opener)
+
+
 def test_sessions_leave_no_container_even_when_they_fail(tmp_path):
     slow = tmp_path / "slow.json"
     item = {"description": "s", "create": {"init": "sleep 30"}, "evaluation": {"match": "x"}}

@@ -110,3 +110,14 @@ def output_is_capped(opener: Opener) -> None:
     box = opener()
     result = box.run("head -c 1000000 /dev/zero | tr '\\0' a", 10)
     assert result.exit_code == 0 and len(result.output) == SMALL.output_bytes
+
+
+def judge_hands_over_stdout(opener: Opener) -> None:
+    """A judge's output is its stdout, its stderr apart: AgentBench's
+    ``execute_independent`` returns them apart and passes stdout to the next check
+    (``os_interaction/task.py``, ``_evaluate_by_check_scripts``)."""
+    box = opener()
+    script = "echo out; echo err >&2; echo more; exit 3"
+    seen = box.judge(["/usr/bin/bash", "-c", script], 10)
+    assert (seen.exit_code, seen.output, seen.errors) == (3, "out\nmore\n", "err\n")
+    assert box.run(script, 10).output == "out\nerr\nmore\n"  # a command's: both, in order

@@ -79,6 +79,10 @@ def test_two_sessions_do_not_see_each_other(opener):
     suite.sessions_are_apart(opener)
 
 
+def test_a_judge_s_output_is_its_stdout(opener):
+    suite.judge_hands_over_stdout(opener)
+
+
 def test_output_is_capped(opener):
     suite.output_is_capped(opener)
 

@@ -165,28 +165,31 @@ class BwrapSandbox:
 
     def exec(self, argv: Sequence[str], timeout: float) -> RunResult:
         command = wrapped_command(argv, timeout, self._limits)
-        code, out, elapsed = self._call(self._enter(command), timeout)
+        code, out, err, elapsed = self._call(self._enter(command), timeout)
+        if code != 0 and not out:  # it did not start: say why (a process limit...)
+            out = err[-2000:]
         return result_of(code, out, elapsed, timeout)
 
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
         seconds = f"{max(timeout, 0.1):g}"
         command = self._enter(["timeout", "-k", "1", seconds, *argv], judge=True)
-        code, out, elapsed = self._call(command, timeout, merged=True)
-        return result_of(code, out, elapsed, timeout)
+        code, out, err, elapsed = self._call(command, timeout, judge=True)
+        return result_of(code, out, elapsed, timeout, errors=err)
 
     def _call(
-        self, command: list[str], timeout: float, *, merged: bool = False
-    ) -> tuple[int, bytes, float]:
+        self, command: list[str], timeout: float, *, judge: bool = False
+    ) -> tuple[int, bytes, bytes, float]:
         """Run an entered command in a cgroup of its own; kill what is left of it when
-        it ran over ``timeout``. ``merged``: stdout and stderr are the output, read here
-        (at most `Limits.output_bytes` kept), not through `WRAPPER`'s file."""
+        it ran over ``timeout`` (a judge's, always). Its stdout and stderr are read here,
+        at most `Limits.output_bytes` of each kept (a command's output comes through
+        `WRAPPER`'s file, on its stdout; a judge's straight from its pipes)."""
         self._check_open()
         group = self._cgroups.command()
         began = time.monotonic()
         try:
-            stderr = subprocess.STDOUT if merged else subprocess.PIPE
-            proc = self._popen(command, self._cgroups.joined(group), stderr=stderr)
+            proc = self._popen(command, self._cgroups.joined(group))
             reader = _CappedReader(proc.stdout, self._limits.output_bytes)
+            errors = _CappedReader(proc.stderr, self._limits.output_bytes)
             try:
                 proc.wait(timeout=call_deadline(timeout))
             except subprocess.TimeoutExpired as exc:
@@ -196,20 +199,17 @@ class BwrapSandbox:
                 raise SandboxError(f"bwrap sandbox: a command hung past {timeout:g} s") from exc
             elapsed = time.monotonic() - began
             timed_out = proc.returncode in TIMEOUT_CODES and elapsed >= timeout * 0.9
-            if merged or timed_out:  # a judge leaves nothing behind
+            if judge or timed_out:  # a judge leaves nothing behind
                 self._cgroups.kill(group)
-            out = reader.result()
-            err = b"" if merged else proc.stderr.read()
+            out, err = reader.result(), errors.result()
             _close_pipes(proc)
         finally:
             self._cgroups.release(group)
         if proc.returncode == 125 and not out:
             raise SandboxError(f"bwrap sandbox: cannot join its cgroup: {err.decode()[:200]}")
-        if proc.returncode != 0 and not out:  # it did not start: say why (a process limit...)
-            out = err[-2000:]
         if self._closed:
             raise SandboxError("bwrap sandbox closed during a command")
-        return proc.returncode, out, elapsed
+        return proc.returncode, out, err, elapsed
 
     def run(self, script: str, timeout: float) -> RunResult:
         return self.exec(["bash", "-c", script], timeout)

@@ -12,7 +12,7 @@ its own user namespace (``auto``: root inside is an unprivileged id outside);
 ``/proc/sys`` is read-only in a container by default.
 
 A judge (`judge`) runs its interpreter by absolute path with a clean environment and
-`JUDGE_PATH`, its output read from the exec: shadowing through ``PATH``,
+`JUDGE_PATH`, its output (stdout; stderr apart) read from the exec: shadowing through ``PATH``,
 ``BASH_ENV``/``ENV``, shell start-up files or Python's user site does not reach it.
 The container's programs are the agent's to rewrite, though: before and after a judge
 runs, `container_judge.changed_programs` compares what the container changed under the
@@ -136,11 +136,12 @@ class DockerSandbox:
         if refused := self._tampered():
             return refused
         began = time.monotonic()
-        code, out = self._exec(command, call_deadline(timeout))
+        code, out, err = self._exec_apart(command, call_deadline(timeout))
         elapsed = time.monotonic() - began
         if refused := self._tampered():  # changed while it ran: by a process left running
             return refused
-        return result_of(code, out[: self._limits.output_bytes], elapsed, timeout)
+        cap = self._limits.output_bytes
+        return result_of(code, out[:cap], elapsed, timeout, errors=err[:cap])
 
     def _tampered(self) -> RunResult | None:
         """A failed judging when the agent changed the image's programs (`container_judge`)."""
@@ -154,14 +155,26 @@ class DockerSandbox:
         return RunResult(126, f"judge refused: the agent changed {', '.join(changed[:5])}")
 
     def _exec(self, command: list[str], deadline: float) -> tuple[int, bytes]:
-        """Run ``command`` in the container from a helper thread, waiting ``deadline`` s."""
+        """Run ``command`` in the container from a helper thread, waiting ``deadline`` s;
+        its stdout and stderr together."""
+        code, output = self._exec_run(command, deadline, demux=False)
+        return code, output or b""
+
+    def _exec_apart(self, command: list[str], deadline: float) -> tuple[int, bytes, bytes]:
+        """`_exec`, with stdout and stderr apart."""
+        code, (out, err) = self._exec_run(command, deadline, demux=True)
+        return code, out or b"", err or b""
+
+    def _exec_run(self, command: list[str], deadline: float, *, demux: bool):
         if self._closed or self._container is None:
             raise SandboxError("docker sandbox is closed")
         outcome: list = []
 
         def call() -> None:
             try:
-                outcome.append(self._container.exec_run(command, stdout=True, stderr=True))
+                outcome.append(
+                    self._container.exec_run(command, stdout=True, stderr=True, demux=demux)
+                )
             except (docker.errors.DockerException, OSError) as exc:
                 outcome.append(exc)
 
@@ -175,7 +188,9 @@ class DockerSandbox:
             raise SandboxError(f"docker sandbox: exec failed: {result}") from result
         if result.exit_code is None:
             raise SandboxError("docker sandbox: exec ended without an exit code")
-        return int(result.exit_code), result.output or b""
+        if demux:  # (stdout, stderr), either None when the command wrote nothing there
+            return int(result.exit_code), result.output or (None, None)
+        return int(result.exit_code), result.output
 
     def close(self) -> None:
         with self._lock:

@@ -99,9 +99,12 @@ class RunResult:
 
     exit_code: int
     output: str
-    """stdout and stderr interleaved, decoded as UTF-8 (bad bytes replaced), capped."""
+    """stdout and stderr interleaved, decoded as UTF-8 (bad bytes replaced), capped; a
+    judge's (`Sandbox.judge`): its stdout alone, as AgentBench hands it to the next check."""
     timed_out: bool = False
     """True when the command was killed at its time limit."""
+    errors: str = ""
+    """A judge's stderr (for the logs); empty for other commands."""
 
 
 @runtime_checkable
@@ -123,7 +126,9 @@ class Sandbox(Protocol):
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
         """Run a judge's program on the session's files: ``argv[0]`` an absolute path,
         found with every program it runs where the agent cannot have changed them
-        (`JUDGE_PATH`), with nothing of the agent's environment; same limits as `exec`."""
+        (`JUDGE_PATH`), with nothing of the agent's environment; same limits as `exec`.
+        Its output is its stdout (its stderr in `RunResult.errors`), as AgentBench's
+        ``execute_independent`` hands a check script's stdout to the next."""
         ...
 
     def close(self) -> None:
@@ -185,10 +190,13 @@ def background_command(script: str) -> list[str]:
     return ["bash", "-c", 'setsid bash -c "$1" >/dev/null 2>&1 </dev/null &', "agentrl-bg", script]
 
 
-def result_of(exit_code: int, raw: bytes, elapsed: float, timeout: float) -> RunResult:
-    """Decode a wrapped command's outcome; a timeout code after the limit means killed."""
+def result_of(
+    exit_code: int, raw: bytes, elapsed: float, timeout: float, errors: bytes = b""
+) -> RunResult:
+    """Decode a command's outcome; a timeout code after the limit means killed."""
     timed_out = exit_code in TIMEOUT_CODES and elapsed >= timeout * 0.9
-    return RunResult(exit_code, raw.decode("utf-8", errors="replace"), timed_out)
+    decoded = errors.decode("utf-8", errors="replace")
+    return RunResult(exit_code, raw.decode("utf-8", errors="replace"), timed_out, decoded)
 
 
 def call_deadline(timeout: float) -> float:

@@ -37,7 +37,8 @@ Judging, as AgentBench does it:
   model's actions, as judges (`Sandbox.judge`: the interpreter by absolute path, a
   fixed ``PATH``, programs and libraries the agent cannot have changed). Each gets
   as arguments the answer (``str(answer)``: the thought after ``finish_action``,
-  ``"None"`` without one) and the output of every script before it; a null
+  ``"None"`` without one) and the stdout of every script before it (AgentBench's
+  ``execute_independent`` hands over stdout, not stderr); a null
   entry means "run the example here" (its output is typically the expected
   answer, compared by the next script). Success when every script exits 0.
 
@@ -365,8 +366,15 @@ class OSTask:
             if result.timed_out:
                 log.warning("os check script timed out", item=session.index, script=number)
             if result.exit_code != 0:
+                log.debug(
+                    "os check script failed",
+                    item=session.index,
+                    script=number,
+                    exit_code=result.exit_code,
+                    stderr=result.errors[-300:],
+                )
                 return False
-            params.append(result.output)
+            params.append(result.output)  # stdout only, as AgentBench passes it on
         return True
 
     def cancel(self, session: _Session) -> None:
