@@ -122,6 +122,51 @@ def test_finish_passes_its_thought_to_the_check(tmp_path):
 
 
 @needs_bwrap
+def test_a_check_script_gets_the_stdout_of_those_before_it(tmp_path):
+    """task.py lines 722-733: ``execute_independent`` returns (exit code, stdout, stderr)
+    and ``params.append(stdout.decode())``: stderr is never passed on."""
+    item = {
+        "description": "say 7",
+        "evaluation": {
+            "check": [
+                None,
+                {"code": "echo noise >&2; [ \"$2\" = $'7\\nx\\n' ] && echo checked"},
+                {"language": "python", "code": "import sys; sys.exit(sys.argv[3] != 'checked\\n')"},
+            ],
+            "example": "echo 7; echo warning >&2; echo x",
+        },
+    }
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    step = env.interact(env.start(0).session, _say("answer_action", {"answer": "7"}))
+    assert step.reward == 1.0
+
+
+@needs_bwrap
+def test_the_oracle_answers_an_item_whose_check_reads_the_answer(tmp_path):
+    """AgentBench's format lets a check read the answer itself (``argv[1]``) with no
+    null entry; the oracle answers those with what the example prints on stdout."""
+    moved = {
+        "description": "Move /root/a/f here (/tmp) and tell me where it was.",
+        "create": {"init": "mkdir /root/a && echo x > /root/a/f"},
+        "start": "cd /tmp",
+        "evaluation": {
+            "check": [
+                {"language": "python", "code": "import sys\nassert sys.argv[1] == '/root/a/f'"},
+                {"code": "[ -f /tmp/f ] && [ ! -e /root/a/f ]"},
+            ],
+            "example": "mv /root/a/f . && echo moved >&2 && echo /root/a/f",
+        },
+    }
+    done = {"description": "Make /root/d.", "evaluation": {"check": ["[ -d /root/d ]"]}}
+    done["evaluation"]["example"] = "mkdir /root/d"
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, moved, done))
+    assert env.item(0).reads_answer and not env.item(0).wants_answer
+    assert not env.item(1).reads_answer
+    assert check("os", env, "oracle").successes == 2
+    assert check("os", env, "random").successes == 0  # `ls`, then finish: "None", no /root/d
+
+
+@needs_bwrap
 def test_a_failing_init_script_is_a_sample_error_and_leaves_nothing(tmp_path):
     """task.py lines 484-490: an init script that exits non-zero ends the sample, status unknown."""
     bad = {

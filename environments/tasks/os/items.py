@@ -43,6 +43,8 @@ FULL_LEVEL = 2
 """The level number of the data set's items (AgentBench's task); 0 and 1 are generated."""
 
 LANGUAGES = {"bash": "bash", "sh": "bash", "python": "python", "python3": "python"}
+_ARGUMENTS = {"python": re.compile(r"\bargv\b"), "bash": re.compile(r"\$(\{?1\b|[@*])")}
+"""A script's reference to its arguments, by language (`OSItem.reads_answer`)."""
 
 
 class ItemError(SampleError):
@@ -116,6 +118,16 @@ class OSItem:
     def wants_answer(self) -> bool:
         """True when the judge compares an answer (match, or check running the example)."""
         return self.match is not None or any(s is None for s in self.check)
+
+    @property
+    def reads_answer(self) -> bool:
+        """True when the judge may read the answer: `wants_answer`, or a check script that
+        refers to its arguments (its first is the answer: Python ``argv``, bash ``$1``,
+        ``${1}``, ``$@``, ``$*``). A mention inside a function of the script counts too,
+        so this can be True of a check that never reads the answer."""
+        return self.wants_answer or any(
+            s is not None and _ARGUMENTS[s.language].search(s.code) for s in self.check
+        )
 
 
 def content_key(item: OSItem) -> str:
