@@ -45,6 +45,7 @@ def env(tmp_path_factory):
         split="all",
         sandbox="bwrap",
         timeout=2,
+        timeout_ends=False,  # the command is killed and the episode goes on
         memory_mb=128,
         pids=64,
         disk_mb=32,

@@ -80,7 +80,7 @@ def test_the_agentbench_sample_loads():
 
 @needs_bwrap
 def test_a_session_step_by_step():
-    env = make_task("os", split="all", sandbox="bwrap", timeout=1.0)
+    env = make_task("os", split="all", sandbox="bwrap", timeout=1.0, timeout_ends=False)
     index = next(i for i in range(env.num_instances) if "/root/data.bin" in env.item(i).description)
     start = env.start(index)
     assert "data.bin" in start.messages[-1].content and start.messages[0].role == "system"

@@ -21,6 +21,7 @@ from agentrl.actors._episode import sample_error_trajectory
 from agentrl.actors._learner import _untrained
 from agentrl.environments import SampleError, make_task
 from agentrl.environments._check import check
+from agentrl.environments._protocol import SessionClosed, Status
 from agentrl.environments.tasks.os.items import ItemError, content_key, load_items, scripts_root
 from agentrl.environments.tasks.os.tools import QUESTION, SYSTEM_PROMPT, TOOLS
 from agentrl.messages import ChatMessage, EpisodeRequest, ToolCall
@@ -164,6 +165,27 @@ def test_the_oracle_answers_an_item_whose_check_reads_the_answer(tmp_path):
     assert not env.item(1).reads_answer
     assert check("os", env, "oracle").successes == 2
     assert check("os", env, "random").successes == 0  # `ls`, then finish: "None", no /root/d
+
+
+@needs_bwrap
+def test_a_command_over_the_time_limit_ends_the_episode(tmp_path):
+    """AgentBench's ``execute_shell(..., timeout=30)`` (agentrl-worker's docker.py) raises
+    ``TimeoutError``; ``start_sample``'s bare ``except`` ends the sample, result False."""
+    item = {"description": "d", "evaluation": {"match": "x"}}
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item), timeout=1)
+    assert make_task("os", split="all", data=_data(tmp_path, item))._timeout == 30.0
+    start = env.start(0)
+    step = env.interact(start.session, _say("bash_action", {"script": "echo a; sleep 20"}))
+    assert (step.status, step.reward, step.finish, step.messages) == (
+        Status.TASK_LIMIT_REACHED, 0.0, True, []
+    )  # fmt: skip
+    assert step.metrics["env/timeouts"] == 1.0
+    with pytest.raises(SessionClosed):
+        env.interact(start.session, _say("answer_action", {"answer": "x"}))
+    slow = {**item, "start": "sleep 20"}  # AgentBench: the start raises, status unknown
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, slow), timeout=1)
+    with pytest.raises(ItemError, match="start ran over 1 s"):
+        env.start(0)
 
 
 @needs_bwrap

@@ -3,7 +3,7 @@
 Each instance is one item in AgentBench's os_interaction format (read by
 `agentrl.environments.tasks.os.items`): ``description`` (the request), ``create``
 (``image``: the container image; ``init``: script(s) run before the first
-message), ``start`` (a script started in the background, left running),
+message), ``start`` (a script run in the agent's shell before the question),
 ``evaluation`` with ``match`` or ``check``, and ``example`` (a reference
 solution), ``labels``.
 
@@ -13,7 +13,8 @@ script runs in it on its own (one that fails or runs over ``init_timeout``
 raises `ItemError`, a `SampleError`: the episode ends ``task_error`` and is not
 trained on, as AgentBench gives up such a sample with status ``unknown``), then
 ``start`` runs in the agent's shell (`tasks.os.shell`: its working directory,
-variables, functions and aliases carry over to the model's commands), then the
+variables, functions and aliases carry over to the model's commands; one still running
+after ``timeout`` raises `ItemError` too), then the
 model gets AgentBench's system prompt and question (`tasks.os.tools`). Tools
 (AgentBench's, ``configs/tasks/os.yaml``):
 
@@ -21,8 +22,11 @@ model gets AgentBench's system prompt and question (`tasks.os.tools`). Tools
   ``/root``); the observation is ``The output of the OS:`` and the output
   (stdout and stderr), cut to ``output_chars`` (800) with AgentBench's
   ``[truncated because the output is too long]``, or ``The output of the OS is
-  empty.``; a command over ``timeout`` seconds is killed and the observation
-  says so. An error is an observation, not an ending.
+  empty.``. A command still running after ``timeout`` (30 s, AgentBench's
+  ``execute_shell`` limit) ends the episode ``task_limit_reached`` with reward 0, as
+  AgentBench's ends the sample (it records ``task_error``); with ``timeout_ends:
+  false`` the command is killed with what it started, the observation says so and the
+  episode goes on. An error is an observation, not an ending.
 - ``answer_action(answer)``: ends the episode with an answer.
 - ``finish_action(thought)``: ends the episode (the task was to change the
   machine); as AgentBench reads it, its ``thought`` is the answer the judge gets
@@ -62,8 +66,9 @@ Options: ``data`` (a JSON/JSONL file; default: the built-in set under
 (``bwrap`` or ``docker``; default: docker when it answers and has the image,
 else bwrap), ``image`` (default ``agentrl/os-sandbox``), ``images`` (item image
 name -> local image; AgentBench's names ``default``, ``packages``, ``ubuntu``
-unmapped run in ``image``), ``max_turns`` (8), ``timeout`` (10 s per command),
-``init_timeout`` and ``check_timeout`` (60 s), ``output_chars`` (800),
+unmapped run in ``image``), ``max_turns`` (8), ``timeout`` (30 s per command),
+``timeout_ends`` (true), ``init_timeout`` and ``check_timeout`` (30 s, AgentBench's
+``execute_command`` limit), ``output_chars`` (800),
 ``memory_mb`` (512), ``pids`` (256), ``disk_mb`` (256), ``cpus`` (1.0; the limits:
 `agentrl.environments.tasks.os.sandbox.Limits`), ``split`` (``train``, ``test``, ``all``; the
 items by a hash of their description and checks, `tasks.toolkit.split`) and ``seed``.
@@ -167,9 +172,10 @@ class OSTask:
         image: str = DEFAULT_IMAGE,
         images: dict[str, str] | None = None,
         max_turns: int = 8,
-        timeout: float = 10.0,
-        init_timeout: float = 60.0,
-        check_timeout: float = 60.0,
+        timeout: float = 30.0,
+        timeout_ends: bool = True,
+        init_timeout: float = 30.0,
+        check_timeout: float = 30.0,
         output_chars: int = 800,
         memory_mb: int = 512,
         pids: int = 256,
@@ -201,6 +207,7 @@ class OSTask:
         self._images = dict(images or {})
         self._max_turns = max_turns
         self._timeout = float(timeout)
+        self._timeout_ends = bool(timeout_ends)
         self._init_timeout = float(init_timeout)
         self._check_timeout = float(check_timeout)
         self._output_chars = output_chars
@@ -264,9 +271,9 @@ class OSTask:
                         f"{result.output[-300:]}"
                     )
             if item.start is not None:  # in the agent's shell, as AgentBench runs it
-                started = sandbox.run(agent_script(item.start.code), self._init_timeout)
-                if started.timed_out:  # AgentBench's shell would still be in it
-                    log.warning("os start script ran over its time limit", item=index)
+                started = sandbox.run(agent_script(item.start.code), self._timeout)
+                if started.timed_out:  # AgentBench: the sample ends, status unknown
+                    raise ItemError(f"item {index}: start ran over {self._timeout:g} s")
         except BaseException:
             sandbox.close()
             raise
@@ -324,13 +331,15 @@ class OSTask:
         why = "answered" if call.name == "answer_action" else "finished"
         return self._end(session, Status.COMPLETED, why, success=success)
 
-    def _bash(self, session: _Session, script: str) -> str:
+    def _bash(self, session: _Session, script: str) -> Step | str:
         session.commands += 1
         result = session.sandbox.run(agent_script(script), self._timeout)
         with self._lock:
             self._last_output[session.index] = result.output
         if result.timed_out:
             session.timeouts += 1
+            if self._timeout_ends:  # AgentBench: execute_shell's TimeoutError ends the sample
+                return self._end(session, Status.TASK_LIMIT_REACHED, "command timeout")
         killed = self._timeout if result.timed_out else None
         return observation(result.output, self._output_chars, killed, self._notes(result.output))
 
