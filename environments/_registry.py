@@ -47,6 +47,7 @@ _BUILTIN: dict[str, str] = {
     "bfcl": "agentrl.environments.tasks.bfcl.task:bfcl",
     "bfcl_multi_turn": "agentrl.environments.tasks.bfcl.task:bfcl_multi_turn",
     "reasoning_gym": "agentrl.environments.tasks.reasoning_gym.task:reasoning_gym",
+    "verifiers": "agentrl.environments.tasks.verifiers.task:verifiers",
 }
 
 _lock = threading.Lock()
