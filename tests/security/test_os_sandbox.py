@@ -135,11 +135,24 @@ def test_the_sessions_host_path_and_the_hosts_passwords_stay_outside(box):
     assert names <= {"PATH", "HOME", "LANG", "PWD", "SHLVL", "_", "OLDPWD"}, names
 
 
+def test_the_judges_view_is_out_of_the_agents_sight(box):
+    """The judge's view is covered in the agent's tree (an empty, read-only /.judge) and
+    the descriptor that reaches it is held by a process the agent cannot look into."""
+    seen = box.run(
+        "ls -A /.judge; touch /.judge/x 2>/dev/null && echo WROTE; "
+        "for p in /proc/[0-9]*; do ls $p/fd/9/usr/bin/python3 2>/dev/null && echo FOUND $p; "
+        "ls $p/root/.judge/usr 2>/dev/null | head -1; done; echo end",
+        10,
+    )
+    assert seen.output == "end\n", seen
+    assert box.judge(["/usr/bin/test", "-x", "/usr/bin/python3"], 10).exit_code == 0
+
+
 # --- resources ----------------------------------------------------------------------
 
 
 def test_the_disk_quota_holds_in_every_writable_folder(box):
-    for folder in ("/root", "/tmp", "/usr", "/var/log", "/usr/local/bin"):
+    for folder in ("/", "/root", "/tmp", "/usr", "/var/log", "/var/lib/dpkg", "/usr/local/bin"):
         result = box.run(f"dd if=/dev/zero of={folder}/fill bs=1M count=64 2>&1; sync", 20)
         assert "No space left on device" in result.output, (folder, result)
         assert box.run(f"rm -f {folder}/fill", 5).exit_code == 0
@@ -150,7 +163,7 @@ def test_the_disk_quota_holds_in_every_writable_folder(box):
 
 
 def test_memory_backed_folders_are_bounded_by_the_memory_limit(box):
-    # / and /dev are bwrap's own tmpfs: their pages count against the session's memory.
+    # /dev is bwrap's own tmpfs: its pages count against the session's memory.
     # Filled, the session's memory is full and any later command may be killed for it, so
     # the size is read and the file removed in the same command.
     result = box.run(

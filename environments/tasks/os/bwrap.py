@@ -8,8 +8,9 @@ host), then bwrap as that root (`layout.bwrap_argv`: what the machine holds, and
 judge's read-only view of it). New pid, network (loopback only), ipc, uts and cgroup
 namespaces, ``--die-with-parent``; ``/proc/sys`` read-only.
 
-The session's first process (bwrap's init, a ``sleep`` without capabilities) holds the
-namespaces; every command enters them with ``nsenter``, lowers its capabilities to
+The session's first process (a ``sleep`` under bwrap's init) holds the namespaces and,
+on a descriptor (`JUDGE_FD`), the judge's view; every command enters them with
+``nsenter``, lowers its capabilities to
 `CAPS` with the judge view's ``setpriv`` (so the agent cannot hand a program of its own
 the full set), ``chroot``s into the agent's view and runs under `WRAPPER`, in a cgroup
 of its own (`SessionCgroups`): at its time limit every process it started, ``setsid``
@@ -25,8 +26,10 @@ over an id-mapped layer: 5.19+); raises `SandboxError` saying which part failed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -44,7 +47,7 @@ from agentrl.environments.tasks.os import launch
 from agentrl.environments.tasks.os.cgroups import SessionCgroups
 from agentrl.environments.tasks.os.layout import (
     CAPS,
-    JUDGE_ROOT,
+    JUDGE_FD,
     PATH,
     bwrap_argv,
     prepare_template,
@@ -69,6 +72,8 @@ UID_BASE = 1_000_000_000
 """Host uid (and gid) of a session's root; its other ids follow (65536 of them)."""
 _ID_COUNT = 65536
 _JOIN_CGROUPS = 'for g in $AGENTRL_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 125; done\n'
+_NR_OPEN = Path("/proc/sys/fs/nr_open")
+_CAP_SYS_RESOURCE = 24
 _SETPRIV, _CHROOT, _ENV = "/usr/bin/setpriv", "/usr/sbin/chroot", "/usr/bin/env"
 _BASE_ENV = ("HOME=/root", "LANG=C.UTF-8")
 
@@ -85,6 +90,7 @@ class BwrapSandbox:
         self._cgroups = SessionCgroups(name, limits)
         self._init: subprocess.Popen | None = None
         self._pid = 0
+        self._holder = 0
         try:
             prepare_template(self._dir / "fs")
             self._start_init()
@@ -94,7 +100,7 @@ class BwrapSandbox:
 
     @property
     def init_pid(self) -> int:
-        """Host pid of the process holding the session's namespaces."""
+        """Host pid of the process holding the session's namespaces (bwrap's init)."""
         return self._pid
 
     def _start_init(self) -> None:
@@ -133,26 +139,30 @@ class BwrapSandbox:
                     f"bwrap sandbox: its init process did not start: {err.decode()[:300]}"
                 )
             time.sleep(0.005)
+        self._holder = _child_of(self._pid)
 
     def _popen(self, argv: list[str], groups: list[Path], **kwargs) -> subprocess.Popen:
         env = {"PATH": PATH, "AGENTRL_CGROUPS": " ".join(str(g) for g in groups)}
-        script = _JOIN_CGROUPS
+        script = _JOIN_CGROUPS + f"ulimit -n {self._open_files()} 2>/dev/null\n"
         if not self._cgroups.available:
             script += f"ulimit -v {self._limits.memory_mb * 1024} 2>/dev/null\n"
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         return subprocess.Popen(
             ["sh", "-c", script + 'exec "$@"', "agentrl-sandbox", *argv],
             env=env,
-            stdin=subprocess.DEVNULL,
             start_new_session=True,
             **kwargs,
         )
 
+    def _open_files(self) -> int:
+        return open_files_limit(self._limits.open_files)
+
     def _enter(self, argv: Sequence[str], *, judge: bool = False) -> list[str]:
         """``argv`` run in the session: entered through the judge's view, whose ``setpriv``
         lowers the capabilities, then (for the agent's view) ``chroot`` to pid 1's root."""
-        view = f"/proc/{self._pid}/root{JUDGE_ROOT}"
+        view = f"/proc/{self._holder}/fd/{JUDGE_FD}"
         caps = ",".join(f"+{c}" for c in CAPS)
         enter = ["nsenter", "-t", str(self._pid), "-U", "-m", "-u", "-i", "-n", "-p"]
         enter += [f"--root={view}", f"--wd={view}/root"]
@@ -302,6 +312,44 @@ def _read_info(fd: int, deadline: float) -> dict | None:
             continue
         return info
     return None
+
+
+@functools.cache
+def open_files_limit(wanted: int) -> int:
+    """The open-file limit sessions get: ``wanted``, at most the kernel's ``fs.nr_open``,
+    and at most this process's own hard limit when it cannot raise it (no
+    ``CAP_SYS_RESOURCE``: a container), which is logged once."""
+    with contextlib.suppress(OSError, ValueError):  # no /proc/sys: no kernel cap to apply
+        wanted = min(wanted, int(_NR_OPEN.read_text()))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard >= wanted or _has_capability(_CAP_SYS_RESOURCE):
+        return wanted
+    log.warning(
+        "the os sandbox's open-file limit stays at this worker's hard limit: raising it "
+        "needs CAP_SYS_RESOURCE (an item that opens a descriptor above it fails)",
+        limit=hard,
+        wanted=wanted,
+    )
+    return hard
+
+
+def _has_capability(number: int) -> bool:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> number & 1)
+    return False
+
+
+def _child_of(pid: int) -> int:
+    """The host pid of ``pid``'s only child (bwrap's init has one: the session's first
+    process)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError as exc:
+        raise SandboxError(f"bwrap sandbox: cannot find its first process: {exc}") from exc
+    if len(children) != 1:
+        raise SandboxError(f"bwrap sandbox: its init has {len(children)} children, not 1")
+    return int(children[0])
 
 
 def _kill(pid: int) -> None:

@@ -9,8 +9,9 @@ CONFIG_JSON``), as host root, inside the session's cgroups; standard library onl
    inodes (the disk quota: everything the session writes lives there, and it is
    gone with the namespace), holding the ``fs`` tree copied from ``template`` and
    owned by the session's root (host uid ``uid``);
-3. ``/usr``: the host's, through an id-mapped read-only mount (host root shows as the
-   session's root; `LOWER`), under an overlay whose upper layer is on the tmpfs;
+3. ``/usr`` and ``/var/lib/dpkg`` (`OVERLAYS`): the host's, each through an id-mapped
+   read-only mount (host root shows as the session's root; ``/usr``'s is `LOWER`), under
+   an overlay whose upper layer is on the tmpfs;
 4. a user namespace mapping ids 0..``count`` inside to ``uid``.. outside (written by a
    forked helper that stays host root), then ``exec`` of the bwrap command line as its
    root. Root in the sandbox is thus an unprivileged id on the host: the host's
@@ -32,6 +33,12 @@ MOUNT_POINT = "/mnt"
 """Where the session's tmpfs is mounted in the launcher's private mount namespace."""
 LOWER = MOUNT_POINT + "/usr-lower"
 """The host's ``/usr``, id-mapped and read-only: the overlay's lower layer and the judge's."""
+OVERLAYS = {"usr": "/usr", "dpkg": "/var/lib/dpkg"}
+"""Host folders a session writes through an overlay of its own, by name: the merged view
+is ``MOUNT_POINT/<name>`` (``/usr``: the programs; the package database that describes
+them, so ``dpkg`` and ``apt`` see what is installed). Those the host lacks are left out."""
+NOTHING = MOUNT_POINT + "/nothing"
+"""An empty read-only file (the judge's ``/etc/ld.so.preload``)."""
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -128,26 +135,36 @@ def _disk(config: dict) -> None:
     ids = f"uid={config['uid']},gid={config['uid']}"
     _mount("agentrl-disk", MOUNT_POINT, "tmpfs", _MS_NOSUID | _MS_NODEV, f"{size},{ids}")
     shutil.copytree(config["template"], MOUNT_POINT + "/fs", symlinks=True)
-    for sub in ("usr", "usr-upper", "usr-work", "usr-lower", "empty"):
-        os.mkdir(f"{MOUNT_POINT}/{sub}")
+    for name in OVERLAYS:
+        for sub in ("", "-upper", "-work", "-lower"):
+            os.mkdir(f"{MOUNT_POINT}/{name}{sub}")
+    os.mkdir(MOUNT_POINT + "/empty")
+    with open(NOTHING, "x"):
+        pass
+    os.chmod(NOTHING, 0o444)
     _chown_tree(MOUNT_POINT, config["uid"])
     _mount("agentrl-empty", MOUNT_POINT + "/empty", "tmpfs", _MS_RDONLY, "size=4k,nr_inodes=8")
 
 
 def _map_ids(pid: int, uid: int, count: int) -> None:
     """Write ``pid``'s uid and gid maps (0..count inside -> uid.. outside), then its
-    ``/usr``: this process is still host root in the launcher's mount namespace."""
+    overlays (`OVERLAYS`): this process is still host root in the launcher's mount
+    namespace."""
     for kind in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{kind}", "w") as f:
             f.write(f"0 {uid} {count}\n")
     userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _idmapped_copy("/usr", LOWER, userns)
+        for name, host in OVERLAYS.items():
+            if os.path.isdir(host):
+                _idmapped_copy(host, f"{MOUNT_POINT}/{name}-lower", userns)
     finally:
         os.close(userns)
-    lower, upper, work = LOWER, MOUNT_POINT + "/usr-upper", MOUNT_POINT + "/usr-work"
-    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
-    _mount("agentrl-usr", MOUNT_POINT + "/usr", "overlay", _MS_NOSUID, options)
+    for name, host in OVERLAYS.items():
+        if os.path.isdir(host):
+            base = f"{MOUNT_POINT}/{name}"
+            options = f"lowerdir={base}-lower,upperdir={base}-upper,workdir={base}-work"
+            _mount(f"agentrl-{name}", base, "overlay", _MS_NOSUID, options)
 
 
 def main(argv: list[str]) -> int:

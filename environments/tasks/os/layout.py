@@ -4,30 +4,39 @@
 by `agentrl.environments.tasks.os.launch`); `bwrap_argv` is the bubblewrap command
 line that builds, inside the launcher's namespaces, two views of one machine:
 
-- the agent's (``/``): the session's overlay ``/usr`` (writable, its own), the
-  ``/bin``, ``/lib``... links of a merged-usr host, private writable ``/etc``,
-  ``/root``, ``/home``, ``/tmp``, ``/var``, ``/run``, ``/opt``, ``/srv``, ``/mnt``
-  and ``/usr/local``; its own ``/proc`` (``/proc/sys`` read-only) and ``/dev``;
-- the judge's (`JUDGE_ROOT`, read-only at its top): the same files, except that the
-  program folders of ``/usr`` (`PRISTINE`), ``/usr/local/lib``, the loader's
-  ``/etc/ld.so.*`` and ``nsswitch.conf`` and Python's ``/etc/python3*`` are the
-  host's, read-only. A program run there (a check script, or the ``setpriv`` that
-  lowers every command's capabilities) loads nothing the agent wrote.
+- the agent's (``/``): the session's disk (its tmpfs: whatever the agent writes at
+  ``/``, ``/testfile`` too, is there, within the quota) holding private writable
+  ``/etc``, ``/root``, ``/home``, ``/tmp``, ``/var``, ``/run``, ``/opt``, ``/srv``,
+  ``/mnt``; the session's overlay ``/usr`` (writable, its own) with ``/usr/local``
+  on the disk; ``/bin``, ``/lib``... of a merged-usr host as folders bound to the
+  overlay's (not links: a link on the disk is the agent's to replace, a mount point
+  is not); the package database ``/var/lib/dpkg`` an overlay of the host's; its own
+  ``/proc`` (``/proc/sys`` read-only, ``/proc/tty/driver`` empty) and ``/dev``;
+- the judge's (`JUDGE_ROOT`, read-only at its top, which is the agent's ``/``): the
+  same files, except that the program folders of ``/usr`` (`PRISTINE`), ``/bin``,
+  ``/lib``..., ``/usr/local/lib``, the loader's ``/etc/ld.so.*`` and ``nsswitch.conf``
+  and Python's ``/etc/python3*`` are the host's, read-only. A program run there (a
+  check script, or the ``setpriv`` that lowers every command's capabilities) loads
+  nothing the agent wrote. Once built, the judge's view is covered in the agent's
+  (an empty ``/.judge``: ``find /`` does not walk it) and reached through a
+  descriptor the session's first process holds (`JUDGE_FD`).
 """
 
 from __future__ import annotations
 
+import grp
 import os
 import shutil
 from pathlib import Path
 
-from agentrl.environments.tasks.os.launch import LOWER, MOUNT_POINT
+from agentrl.environments.tasks.os.launch import LOWER, MOUNT_POINT, NOTHING, OVERLAYS
 from agentrl.environments.tasks.os.sandbox import JUDGE_PATH
 
 __all__ = [
     "CAPS",
     "ETC_DIRS",
     "ETC_FILES",
+    "JUDGE_FD",
     "JUDGE_PATH",
     "JUDGE_ROOT",
     "PATH",
@@ -39,15 +48,28 @@ __all__ = [
 ETC_FILES = (
     "passwd", "group", "login.defs", "nsswitch.conf", "profile", "bash.bashrc",
     "ld.so.cache", "ld.so.conf", "localtime", "timezone", "environment", "hosts",
-    "inputrc", "shells", "adduser.conf", "deluser.conf",
+    "inputrc", "shells", "adduser.conf", "deluser.conf", "os-release", "lsb-release",
+    "debian_version", "issue", "issue.net",
 )  # fmt: skip
 """Host ``/etc`` files copied into each session (those that exist), writable there.
-``shadow`` and ``gshadow`` are generated (`_shadow`), never the host's."""
+``shadow`` and ``gshadow`` are generated (`_shadow`), never the host's; ``mtab`` is the
+link to ``/proc/self/mounts`` every system has."""
 ETC_DIRS = (
     "alternatives", "default", "skel", "profile.d", "pam.d", "security", "ld.so.conf.d",
+    "apt", "dpkg",
 )  # fmt: skip
-"""Host ``/etc`` folders copied into each session (those that exist)."""
+"""Host ``/etc`` folders copied into each session (those that exist; apt's ``auth.conf*``
+credentials left out), and Python's ``/etc/python3*``."""
+_NOT_COPIED = shutil.ignore_patterns("auth.conf", "auth.conf.d")
+VAR_LOGS = (
+    "alternatives.log", "bootstrap.log", "dpkg.log", "faillog", "apt/history.log",
+    "apt/term.log",
+)  # fmt: skip
+"""The logs of a fresh Ubuntu image's ``/var/log``, empty (``wtmp``, ``btmp`` and
+``lastlog`` too, group ``utmp``): none of the host's."""
+_UTMP_LOGS = {"wtmp": 0o664, "btmp": 0o660, "lastlog": 0o664}
 WRITABLE = ("root", "home", "tmp", "var", "run", "opt", "srv", "mnt", "usr/local")
+"""Folders of the disk the judge may write too."""
 CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "audit_write", "setfcap",
@@ -56,7 +78,13 @@ CAPS = (
 keeps ``sys_chroot`` (its way from the judge's view into the agent's), a judge
 ``sys_ptrace`` instead (no agent process can then trace it)."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-JUDGE_ROOT = "/.judge"
+JUDGE_COVER = "/.judge"
+"""Where the judge's view is built (a tmpfs of its own), covered once built."""
+JUDGE_ROOT = JUDGE_COVER + "/view"
+"""The judge's view, below the cover's tmpfs: covering the view's own mount would stack
+the cover on the view's root, and a judge's ``..`` would step into it."""
+JUDGE_FD = 9
+"""The descriptor of the judge's view the session's first process holds."""
 PRISTINE = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "share")
 """The folders of ``/usr`` the judge sees as the host has them."""
 _LINKS = ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
@@ -82,9 +110,19 @@ def prepare_template(root: Path) -> None:
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "tmp").chmod(0o1777)
     (root / "root").chmod(0o700)
-    for sub in ("tmp", "log", "lib", "mail", "spool", "cache"):
-        (root / "var" / sub).mkdir(exist_ok=True)
+    for name in (".bashrc", ".profile"):  # root's, as an Ubuntu image has them (the prompt)
+        if (Path("/etc/skel") / name).is_file():
+            shutil.copy2(Path("/etc/skel") / name, root / "root" / name)
+    for sub in ("tmp", "log/apt", "lib/dpkg", "lib/apt/lists", "mail", "spool", "cache/apt"):
+        (root / "var" / sub).mkdir(parents=True, exist_ok=True)
     (root / "var" / "tmp").chmod(0o1777)
+    for name in VAR_LOGS:
+        (root / "var/log" / name).touch()
+    utmp = _group_id("utmp")
+    for name, mode in _UTMP_LOGS.items():
+        (root / "var/log" / name).touch(mode)
+        (root / "var/log" / name).chmod(mode)
+        os.chown(root / "var/log" / name, 0, utmp)
     for sub in ("bin", "sbin", "lib", "share", "include", "src"):
         (root / "usr/local" / sub).mkdir(exist_ok=True)
     etc = root / "etc"
@@ -93,10 +131,10 @@ def prepare_template(root: Path) -> None:
         source = Path("/etc") / entry
         if source.is_file():
             shutil.copy2(source, etc / entry)
-    for entry in ETC_DIRS:
-        source = Path("/etc") / entry
+    for source in [Path("/etc") / e for e in ETC_DIRS] + sorted(Path("/etc").glob("python3*")):
         if source.is_dir():
-            shutil.copytree(source, etc / entry, symlinks=True)
+            shutil.copytree(source, etc / source.name, symlinks=True, ignore=_NOT_COPIED)
+    (etc / "mtab").symlink_to("../proc/self/mounts")
     (etc / "shadow").write_text(_shadow(_names(etc / "passwd"), group=False))
     (etc / "gshadow").write_text(_shadow(_names(etc / "group"), group=True))
     for name in ("shadow", "gshadow"):
@@ -104,50 +142,81 @@ def prepare_template(root: Path) -> None:
     (etc / "hostname").write_text("sandbox\n")
 
 
-def _links(prefix: str, usr: str) -> list[str]:
-    """The host's top-level ``/bin``, ``/lib``... under ``prefix`` (links to ``usr``)."""
+def _group_id(name: str) -> int:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return 0
+
+
+def _links(prefix: str, usr: str, *, writable: bool) -> list[str]:
+    """The host's top-level ``/bin``, ``/lib``... under ``prefix``: a merged-usr host's
+    links as folders bound to those of ``usr`` (the session's overlay, or the host's
+    read-only), a host's real folder read-only."""
     argv: list[str] = []
     for link in _LINKS:
         host = Path("/") / link
         if host.is_symlink():
-            argv += ["--symlink", os.readlink(host), f"{prefix}/{link}"]
+            target = os.readlink(host).lstrip("/")
+            if target.startswith("usr/") and (Path("/") / target).is_dir():
+                bind = "--bind" if writable else "--ro-bind"
+                argv += [bind, f"{usr}/{target[4:]}", f"{prefix}/{link}"]
         elif host.is_dir():
             argv += ["--ro-bind", str(host), f"{prefix}/{link}"]
     return argv
 
 
+def _overlays(prefix: str) -> list[str]:
+    """The session's overlays of host folders other than ``/usr`` (`OVERLAYS`)."""
+    return [
+        arg
+        for name, host in OVERLAYS.items()
+        if name != "usr" and Path(host).is_dir()
+        for arg in ("--bind", f"{MOUNT_POINT}/{name}", f"{prefix}{host}")
+    ]
+
+
 def _judge_argv() -> list[str]:
     disk, judge = MOUNT_POINT + "/fs", JUDGE_ROOT
-    argv = ["--tmpfs", judge, "--bind", MOUNT_POINT + "/usr", f"{judge}/usr"]
+    argv = ["--tmpfs", JUDGE_COVER, "--ro-bind", disk, judge]
+    argv += ["--bind", MOUNT_POINT + "/usr", f"{judge}/usr"]
     for sub in PRISTINE:
         if (Path("/usr") / sub).is_dir() and not (Path("/usr") / sub).is_symlink():
             argv += ["--ro-bind", f"{LOWER}/{sub}", f"{judge}/usr/{sub}"]
-    argv += _links(judge, "usr")
+    argv += _links(judge, LOWER, writable=False)
     for sub in WRITABLE:
         argv += ["--bind", f"{disk}/{sub}", f"{judge}/{sub}"]
     argv += ["--ro-bind", MOUNT_POINT + "/empty", f"{judge}/usr/local/lib"]
     argv += ["--bind", f"{disk}/etc", f"{judge}/etc"]
-    argv += ["--ro-bind", "/dev/null", f"{judge}/etc/ld.so.preload"]
+    argv += ["--ro-bind", NOTHING, f"{judge}/etc/ld.so.preload"]
     for name in _HOST_ETC:
         if (Path("/etc") / name).is_file():
             argv += ["--ro-bind", f"/etc/{name}", f"{judge}/etc/{name}"]
     for entry in sorted(Path("/etc").glob("python3*")):
         if entry.is_dir():
             argv += ["--ro-bind", str(entry), f"{judge}/etc/{entry.name}"]
+    argv += _overlays(judge)
     argv += ["--proc", f"{judge}/proc", "--dev", f"{judge}/dev", "--remount-ro", judge]
     return argv
 
 
 _HOST_PROC = ("sys", "sysrq-trigger", "pressure", "irq", "bus", "fs", "driver", "acpi", "scsi")
 """What of ``/proc`` is the host's rather than the session's processes': read-only."""
+_HIDDEN = "mount -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0{mode} agentrl-{name} {path}"
 _INIT = (
     # read-only in both views (the user namespace already keeps the host's settings out
-    # of reach; the namespaced ones are frozen too), then a wait without capabilities.
+    # of reach; the namespaced ones are frozen too); the host's serial drivers (owned by
+    # the host's root: unreadable, and noise in a `find /`) empty; the judge's view held
+    # open, then covered; then a wait without capabilities.
     "for p in "
     + " ".join(f"/proc/{p} {JUDGE_ROOT}/proc/{p}" for p in _HOST_PROC)
     + "; do [ -e $p ] || continue; "
     "mount --bind $p $p && mount -o remount,bind,ro,nosuid,nodev,noexec $p || exit 1; done; "
-    "touch /run/.agentrl-ready; "
+    + _HIDDEN.format(mode=555, name="masked", path="/proc/tty/driver")
+    + " || exit 1; "
+    + f"exec {JUDGE_FD}<{JUDGE_ROOT} || exit 1; "
+    + _HIDDEN.format(mode=755, name="judge", path=JUDGE_COVER)
+    + " || exit 1; touch /run/.agentrl-ready; "
     "exec setpriv --inh-caps=-all --bounding-set=-all sleep infinity"
 )
 OUTPUT_MB = 8
@@ -160,11 +229,10 @@ def bwrap_argv(info_fd: int) -> list[str]:
     disk = MOUNT_POINT + "/fs"
     argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     argv += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
-    argv += ["--hostname", "sandbox", "--bind", MOUNT_POINT + "/usr", "/usr"]
-    argv += _links("", "usr")
-    argv += ["--bind", f"{disk}/etc", "/etc"]
-    for sub in WRITABLE:
-        argv += ["--bind", f"{disk}/{sub}", f"/{sub}"]
+    argv += ["--hostname", "sandbox", "--bind", disk, "/"]
+    argv += ["--bind", MOUNT_POINT + "/usr", "/usr", "--bind", f"{disk}/usr/local", "/usr/local"]
+    argv += _links("", MOUNT_POINT + "/usr", writable=True)
+    argv += _overlays("")
     argv += ["--size", str(OUTPUT_MB << 20), "--tmpfs", "/run/agentrl"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += _judge_argv()

@@ -86,6 +86,12 @@ class Limits:
     ``memory_mb + disk_mb`` for its processes and files together."""
     cpus: float = 1.0
     """CPU time of the whole session, in cores."""
+    open_files: int = 1 << 20
+    """Open files per process (``ulimit -n``) under bwrap: 1048576, what Docker's
+    containers inherit from containerd's ``LimitNOFILE`` and had where AgentBench's items
+    were written (one init redirects descriptor 123321); at most the kernel's
+    ``fs.nr_open`` and, without ``CAP_SYS_RESOURCE``, the worker's own hard limit
+    (`bwrap.open_files_limit`). Containers get the engine's default, as AgentBench's."""
 
     @property
     def inodes(self) -> int:
