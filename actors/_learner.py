@@ -63,6 +63,7 @@ from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
 from ._ledger import DROPPED_FILE, append_lines, read_lines
 from ._metrics import batch_metrics, has_spread, is_success
+from ._trace_store import TraceWriter
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
 log = structlog.get_logger(__name__)
@@ -128,6 +129,7 @@ class LearnerActor(pykka.ThreadingActor):
         drop_flat_groups: bool = False,
         disk_problem: Callable[[], str | None] | None = None,
         on_fatal: Callable[[str], None] | None = None,
+        trace: Callable[[], TraceWriter] | None = None,
     ) -> None:
         """``max_steps`` counts the run's RL updates, ``version - first_version`` (the
         warm start's version, or 0), over every process of the run: a learner restarted
@@ -135,7 +137,9 @@ class LearnerActor(pykka.ThreadingActor):
         (`_ledger`); the dropped totals continue from it after a restart.
         ``disk_problem()``: asked before each checkpoint; a line (the disk cannot take it)
         stops the run cleanly before anything of that update is written, and goes to
-        ``on_fatal``. ``keep_checkpoints``: the newest kept (0 keeps all)."""
+        ``on_fatal``. ``keep_checkpoints``: the newest kept (0 keeps all). ``trace()``: opens
+        the trace store (`_trace_store`) in ``on_start``; every trained and dropped episode
+        goes there."""
         super().__init__()
         self._log = log.bind(role="learner", actor="learner")
         self._broker = broker
@@ -171,7 +175,9 @@ class LearnerActor(pykka.ThreadingActor):
         self._dropped_episodes = sum(int(e["episodes"]) for e in earlier)  # over the run
         self._dropped_groups = len(earlier)
         self._drops_by_reason: Counter[str] = Counter(e["reason"] for e in earlier)
-        self._dropped_ids: OrderedDict[str, None] = OrderedDict()
+        self._dropped_ids: OrderedDict[str, str] = OrderedDict()  # group -> reason
+        self._trace_factory = trace
+        self._trace: TraceWriter | None = None
         self._group_timeout = group_timeout
         self._sweep_every = sweep_interval
         self._sweeper_stop = threading.Event()
@@ -196,6 +202,8 @@ class LearnerActor(pykka.ThreadingActor):
     def on_start(self) -> None:
         remove_partials(self._ckpt_dir)
         self._backend = self._backend_factory()
+        if self._trace_factory is not None:
+            self._trace = self._trace_factory()
         self._transport = connect(self._broker, name=f"{self._spec.run}-learner")
         declare(self._transport, self._spec)
         ref = self.actor_ref
@@ -228,6 +236,9 @@ class LearnerActor(pykka.ThreadingActor):
             self._heartbeat.stop()
         if self._transport is not None:
             self._transport.close()  # unacked trajectories go back to the queue
+        if self._trace is not None:
+            self._trace, trace = None, self._trace
+            trace.close()
 
     def on_failure(self, *exc_info) -> None:
         self.on_stop()
@@ -253,6 +264,8 @@ class LearnerActor(pykka.ThreadingActor):
         if traj.group_id in self._dropped_ids:
             # A late member of a dropped group: already counted (the whole group was).
             self._log.info("late member of a dropped group acked", group=traj.group_id)
+            if self._trace is not None:
+                self._trace.dropped(self._version, self._dropped_ids[traj.group_id], [traj])
             delivery.ack()
             return
         if traj.group_id in self._trained:
@@ -322,6 +335,7 @@ class LearnerActor(pykka.ThreadingActor):
             batch: list[Trajectory] = []
             used: list[Delivery] = []
             untrained: list[dict] = []
+            left_out: list[tuple[Trajectory, str]] = []
             chosen = 0
             for gid, group in self._complete_groups():
                 members = [t for t in group.trajectories() if not _untrained(t)]
@@ -341,15 +355,17 @@ class LearnerActor(pykka.ThreadingActor):
                 batch.extend(members)
                 used.extend(d for _, d in group.members.values())
                 for reason in ("infra_failure", "sample_error"):
-                    lost = [t.episode_id for t in group.trajectories() if t.metrics.get(reason)]
+                    lost = [t for t in group.trajectories() if t.metrics.get(reason)]
                     if lost:
-                        untrained.append({"group": gid, "members": lost, "reason": reason})
+                        ids = [t.episode_id for t in lost]
+                        untrained.append({"group": gid, "members": ids, "reason": reason})
+                        left_out += [(t, reason) for t in lost]
                 chosen += 1
             if chosen < self._groups_per_batch:
                 return
             for t in batch:
                 self._groups.pop(t.group_id, None)
-            self._train(batch, used, untrained)
+            self._train(batch, used, untrained, left_out)
 
     def _warn_if_only_flat(self) -> None:
         """Dynamic sampling never trains while no group has spread (a policy that fails, or
@@ -367,7 +383,7 @@ class LearnerActor(pykka.ThreadingActor):
     def _drop(self, gid: str, group: _Group, reason: str) -> None:
         """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""
         self._groups.pop(gid)
-        self._dropped_ids[gid] = None
+        self._dropped_ids[gid] = reason
         if len(self._dropped_ids) > _REMEMBERED_DROPS:
             self._dropped_ids.popitem(last=False)
         self._dropped_groups += 1
@@ -377,6 +393,8 @@ class LearnerActor(pykka.ThreadingActor):
             entry = {"group": gid, "episodes": self._group_size, "reason": reason,
                      "version": self._version}  # fmt: skip
             append_lines(self._drops, [entry])
+        if self._trace is not None:
+            self._trace.dropped(self._version, reason, group.trajectories())
         for episode, (_, delivery) in group.members.items():
             self._seen.discard(episode)
             delivery.ack()
@@ -403,7 +421,9 @@ class LearnerActor(pykka.ThreadingActor):
             },
         }
 
-    def _train(self, batch: list[Trajectory], used: list[Delivery], untrained=()) -> None:
+    def _train(
+        self, batch: list[Trajectory], used: list[Delivery], untrained=(), left_out=()
+    ) -> None:
         problem = self._disk_problem() if self._disk_problem is not None else None
         if problem:  # before the step: nothing of this update is written, nothing acked
             self._stop_run(problem)
@@ -430,6 +450,8 @@ class LearnerActor(pykka.ThreadingActor):
         journal_groups(
             self._journal, version, {t.group_id for t in batch}, [t.episode_id for t in batch]
         )
+        if self._trace is not None:  # replaced, not doubled, if this version is trained again
+            self._trace.trained(version, batch, train, left_out)
         partial = partial_dir(self._ckpt_dir, version)
         if partial.exists():
             shutil.rmtree(partial)

@@ -39,6 +39,7 @@ from agentrl.actors import (
 from agentrl.actors._checkpoint import missing_rows
 from agentrl.actors._env_registry import RegistryTimes
 from agentrl.actors._ledger import LEDGER_DIR
+from agentrl.actors._trace_store import TRACE_FILE, TraceWriter
 from agentrl.actors.engines.vllm.engine import VLLMEngine
 from agentrl.environments import ChatFormat, make_task
 from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
@@ -454,6 +455,9 @@ class Supervisor:
                 state_dir=cfg.run_dir / "learner_state",
             ).problem,
             on_fatal=self._fatal,
+            trace=functools.partial(
+                TraceWriter, cfg.run_dir / TRACE_FILE, tokenizer=str(resolve_model(cfg.model))
+            ),
         )
 
     def _fatal(self, reason: str) -> None:

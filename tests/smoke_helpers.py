@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from agentrl.actors._ledger import read_ledger
+from agentrl.actors._trace_store import TRACE_FILE, EpisodeFilter, TraceReader
 from agentrl.ops import Supervisor, parse_config
 
 
@@ -55,4 +56,8 @@ def run_smoke(tmp_path: Path, broker: str, run: str, steps: int = 2) -> list[dic
     assert len(ledger.trained) == steps * 4 and ledger.last_version == steps
     assert not ledger.trained_twice and not ledger.unissued
     assert len(ledger.issued) == len(ledger.trained) + len(ledger.dropped) + len(ledger.open)
+    # the trace store holds every trained episode, in the version the journal says
+    trace = TraceReader(cfg.run_dir / TRACE_FILE)
+    rows = trace.episodes(EpisodeFilter(outcome="trained"), limit=1000)
+    assert {e.episode_id: e.version for e in rows} == ledger.trained
     return metrics
