@@ -5,6 +5,7 @@ plots a run's metrics, `agentrl sft` warm-starts a run's model on its tasks' ora
     agentrl eval --checkpoint runs/local/checkpoints/v000028 --tasks calculator \\
         --runs 4 --episodes 32 --task-option calculator.seed=1 --out runs/local/eval.md
     agentrl report runs/local --out /tmp/local-report
+    agentrl trace --run-dir runs/local
 """
 
 from __future__ import annotations
@@ -148,6 +149,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--run", help="override the run name")
     serve.add_argument("--host", help="address (default: the config's serve.host)")
     serve.add_argument("--port", type=int, help="port (default: the config's serve.port)")
+    trace = sub.add_parser(
+        "trace",
+        help="a local web page over a run's trained and dropped episodes",
+        description="Serve the episodes the learner kept in RUN_DIR/trace.sqlite: every turn "
+        "with its tool calls and results, reward, status, the versions that sampled it, each "
+        "token coloured by its advantage; filters by task, status, version and reward, and "
+        "two versions side by side. Read-only; it may run while the run trains.",
+    )
+    trace.add_argument("--run-dir", required=True, help="a run directory, e.g. runs/local")
+    trace.add_argument("--host", default="127.0.0.1", help="address; default 127.0.0.1")
+    trace.add_argument("--port", type=int, default=8765, help="port; default 8765")
+    trace.add_argument(
+        "--tokenizer",
+        help="model directory whose tokenizer decodes the tokens; default the one the "
+        "learner recorded, else the newest checkpoint's",
+    )
     return parser
 
 
@@ -162,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sft(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "trace":
+        return _trace(args)
     return _eval(args)
 
 
@@ -202,6 +221,12 @@ def _serve(args: argparse.Namespace) -> int:
     )
     configure_logging("info")
     return Supervisor(dataclasses.replace(cfg, serve=serve), ("serve",)).run()
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from .trace import trace_command
+
+    return trace_command(Path(args.run_dir), args.host, args.port, tokenizer=args.tokenizer)
 
 
 def _sft(args: argparse.Namespace) -> int:
