@@ -126,9 +126,11 @@ def main() -> int:
     parser.add_argument("--screenshot", required=True, help="PNG to write")
     parser.add_argument("--window", default="1200,820", help="width,height")
     args = parser.parse_args()
+    from agentrl.ops import configure_logging
     from agentrl.ops.trace import TraceServer, TraceSite
     from tests.browser.conftest import find_chromium, run_chromium
 
+    configure_logging("warning")
     browser = find_chromium()
     if browser is None:
         print("no chromium on PATH", file=sys.stderr)
