@@ -124,7 +124,7 @@ def build_run(run_dir: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--screenshot", required=True, help="PNG to write")
-    parser.add_argument("--window", default="1200,820", help="width,height")
+    parser.add_argument("--window", default="1200,760", help="width,height")
     args = parser.parse_args()
     from agentrl.ops import configure_logging
     from agentrl.ops.trace import TraceServer, TraceSite
@@ -148,6 +148,12 @@ def main() -> int:
                          f"--window-size={args.window}", url)  # fmt: skip
         finally:
             server.close()
+    from PIL import Image
+
+    shot = Image.open(args.screenshot).convert("RGB")  # 128 colours: a third of the bytes
+    shot.quantize(128, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE).save(
+        args.screenshot, optimize=True
+    )
     print(args.screenshot)
     return 0
 
