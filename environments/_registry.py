@@ -48,6 +48,7 @@ _BUILTIN: dict[str, str] = {
     "bfcl_multi_turn": "agentrl.environments.tasks.bfcl.task:bfcl_multi_turn",
     "reasoning_gym": "agentrl.environments.tasks.reasoning_gym.task:reasoning_gym",
     "verifiers": "agentrl.environments.tasks.verifiers.task:verifiers",
+    "openenv": "agentrl.environments.tasks.openenv.task:openenv",
 }
 
 _lock = threading.Lock()
