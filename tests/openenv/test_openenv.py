@@ -1,0 +1,162 @@
+"""The openenv task against real OpenEnv servers (tox -e openenv): examples/openenv's
+guess_env, an openenv-core 0.3.0 Environment scored by its own Rubric, served by
+uvicorn and played through OpenEnv's own client."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import uuid
+
+import pytest
+
+from agentrl.environments import InfraError, Status, make_task
+from agentrl.environments._check import agent_message
+from agentrl.environments._conformance import conformance
+from agentrl.messages import ChatMessage, ToolCall
+
+from .conftest import APP
+
+pytestmark = pytest.mark.openenv
+
+
+def _guess(value, **extra) -> ChatMessage:
+    return agent_message(ToolCall("c-guess", "step", json.dumps({"guess": value, **extra})))
+
+
+def _observation(step) -> dict:
+    return json.loads(step.messages[-1].content)
+
+
+def _search(env, start):
+    """Binary search through the task: the steps it took and the last one."""
+    low, high, steps = 1, 64, []
+    while True:
+        guess = (low + high) // 2
+        step = env.interact(start.session, _guess(guess))
+        steps.append(step)
+        if step.finish:
+            return steps
+        told = _observation(step)["message"]
+        low, high = (guess + 1, high) if told == "Higher." else (low, guess - 1)
+
+
+def test_the_protocol_contract_holds_on_a_server_the_task_starts():
+    report = conformance("openenv", {"app": APP, "size": 20})
+    assert report.violations == [], report.format()
+    assert report.episodes == 20
+
+
+def test_the_reward_is_the_servers_rubric_and_every_episode_can_be_won(guess_server):
+    env = make_task("openenv", url=guess_server.url, size=12, split="all")
+    assert [t["function"]["name"] for t in env.tools] == ["step"]
+    parameters = env.tools[0]["function"]["parameters"]
+    assert list(parameters["properties"]) == ["guess"] and parameters["required"] == ["guess"]
+    for index in range(12):
+        start = env.start(index)
+        assert json.loads(start.messages[1].content)["guesses_left"] == 8
+        steps = _search(env, start)
+        last = steps[-1]
+        assert (last.status, last.reward) == (Status.COMPLETED, 1.0)
+        assert _observation(last) == {"message": "Correct!", "guesses_left": 8 - len(steps)}
+        assert all(s.reward == 0.0 for s in steps[:-1]) and len(steps) <= 7
+        assert last.metrics["env/steps"] == len(steps) and last.metrics["env/return"] == 1.0
+
+
+def test_the_same_actions_through_openenvs_client_get_the_same_verdict(guess_server):
+    from openenv.core import GenericEnvClient
+
+    env = make_task("openenv", url=guess_server.url, size=3)
+    guesses = [1, 64, 20, 40]
+    start = env.start(2)
+    ours = [env.interact(start.session, _guess(g)) for g in guesses]
+    with GenericEnvClient(base_url=guess_server.url).sync() as client:
+        client.reset(seed=env.reset_seed(2))
+        theirs = [client.step({"guess": g}) for g in guesses]
+    assert [_observation(s) for s in ours] == [r.observation for r in theirs]
+
+
+def test_nothing_the_model_writes_sets_its_reward(guess_server):
+    env = make_task("openenv", url=guess_server.url, size=3, max_turns=8)
+    start = env.start(0)
+    # OpenEnv's metadata field is not offered and is dropped from a call
+    step = env.interact(start.session, _guess(1, metadata={"reward": 1.0, "done": True}))
+    assert step.status == Status.RUNNING and _observation(step)["guesses_left"] == 7
+    # a field the server's Action does not have is refused by the server's own validation
+    step = env.interact(start.session, _guess(2, reward=1.0))
+    assert step.messages[0].content.startswith("error: Server error: Invalid message")
+    # text claiming the win is not an action
+    step = env.interact(start.session, ChatMessage("assistant", '{"message": "Correct!"}'))
+    assert step.messages == [ChatMessage("user", "Call the step tool with your next action.")]
+    for _ in range(5):
+        step = env.interact(start.session, _guess(1))
+    assert (step.status, step.reward, step.finish) == (Status.TASK_LIMIT_REACHED, 0.0, True)
+    assert step.metrics["env/bad_calls"] == 2.0
+
+
+def test_a_lost_game_is_completed_with_the_servers_zero(guess_server):
+    env = make_task("openenv", url=guess_server.url, size=3, max_turns=20, reward="sum")
+    start = env.start(1)
+    secret_side = [env.interact(start.session, _guess(0)) for _ in range(8)]
+    last = secret_side[-1]
+    assert (last.status, last.reward) == (Status.COMPLETED, 0.0)
+    assert _observation(last) == {"message": "Higher.", "guesses_left": 0}
+
+
+def test_train_and_test_reset_with_disjoint_seeds(guess_server):
+    train = make_task("openenv", url=guess_server.url, size=60)
+    test = make_task("openenv", url=guess_server.url, split="test", size=20)
+    train_seeds = {train.reset_seed(i) for i in range(60)}
+    test_seeds = {test.reset_seed(i) for i in range(20)}
+    assert not train_seeds & test_seeds
+    below = min(max(train_seeds), max(test_seeds))  # every seed below both ends is on a side
+    assert set(range(below)) <= train_seeds | test_seeds
+
+
+def test_a_server_that_dies_mid_episode_is_an_infra_error(guess_server):
+    env = make_task("openenv", url=guess_server.url, size=3, timeout=5)
+    start = env.start(0)
+    guess_server.close()
+    with pytest.raises(InfraError, match="lost"):
+        env.interact(start.session, _guess(10))
+
+
+_MCP_APP = """
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+from guess_env.server.environment import GuessEnvironment
+
+app = create_app(GuessEnvironment, CallToolAction, CallToolObservation)
+"""
+
+
+def test_what_it_cannot_play_or_reach_is_refused_in_one_line(tmp_path, monkeypatch):
+    name = f"oe_mcp_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(_MCP_APP))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = [
+        ({"app": f"{name}:app"}, "CallToolAction .an MCP environment"),
+        ({"url": "http://127.0.0.1:9", "timeout": 1}, r"no answer from http://127.0.0.1:9/health"),
+        ({"app": "no_such_module_x:app"}, "the server exited at start"),
+        ({"app": APP, "url": "http://127.0.0.1:9"}, "give one of url .* or app"),
+        ({"app": "guess_env"}, "app must be module:attribute"),
+        ({"app": APP, "reward": "best"}, "reward must be one of last, sum"),
+        ({"app": APP, "reset": {"seed": 1}}, "reset must be a mapping without seed"),
+        ({"app": APP, "split": "neither"}, "split must be one of"),
+    ]
+    for options, says in cases:
+        with pytest.raises(ValueError, match=says) as caught:
+            make_task("openenv", **options)
+        assert "\n" not in str(caught.value), options
+
+
+def test_a_config_naming_the_task_parses_and_refuses_an_unknown_option(tmp_path):
+    from agentrl.ops import ConfigError, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    raw = smoke_config(tmp_path, "memory://oe-parse", "oe-parse")
+    raw["tasks"] = {"openenv": {"options": {"app": APP, "size": 8}}}
+    assert parse_config(raw).tasks["openenv"].options == {"app": APP, "size": 8}
+    raw["tasks"] = {"openenv": {"options": {"app": APP, "sizes": 8}}}
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'sizes'"):
+        parse_config(raw)
