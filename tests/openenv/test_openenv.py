@@ -160,3 +160,18 @@ def test_a_config_naming_the_task_parses_and_refuses_an_unknown_option(tmp_path)
     raw["tasks"] = {"openenv": {"options": {"app": APP, "sizes": 8}}}
     with pytest.raises(ConfigError, match="unexpected keyword argument 'sizes'"):
         parse_config(raw)
+
+
+@pytest.mark.slow
+def test_an_openenv_environment_trains_one_step_in_the_whole_loop(tmp_path):
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    run = f"smoke-oe-{uuid.uuid4().hex[:6]}"
+    raw = smoke_config(tmp_path, f"memory://{run}", run, steps=1)
+    raw["tasks"] = {"guess": {"task": "openenv", "options": {"app": APP, "max_turns": 8}}}
+    cfg = parse_config(raw)
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
+    lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
+    (metrics,) = [json.loads(line) for line in lines]
+    assert metrics["version"] == 1 and metrics["env/guess/episodes"] == 4

@@ -288,3 +288,23 @@ def test_agentrl_eval_plays_a_verifiers_environment_offline(tmp_path, capsys):
     assert arith["turns_mean"] == 1.0  # single-turn: one reply, then verifiers scores it
     assert sum(guess["statuses"].values()) == 4
     assert set(guess["statuses"]) <= {"completed", "task_limit_reached"}
+
+
+@pytest.mark.slow
+def test_verifiers_environments_train_one_step_in_the_whole_loop(tmp_path):
+    from agentrl.ops import Supervisor, parse_config
+    from tests.smoke_helpers import smoke_config
+
+    run = f"smoke-vf-{uuid.uuid4().hex[:6]}"
+    raw = smoke_config(tmp_path, f"memory://{run}", run, steps=1)
+    raw["tasks"] = {
+        "verifiers:vf_arith": {"options": {"size": 50, "config": {"calculator": True}}},
+        "verifiers:vf_guess": {"options": {"size": 50}},
+    }
+    cfg = parse_config(raw)
+    assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
+    lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
+    (metrics,) = [json.loads(line) for line in lines]
+    assert metrics["version"] == 1 and metrics["rollout/episodes"] == 4
+    episodes = [metrics[f"env/verifiers:{t}/episodes"] for t in ("vf_arith", "vf_guess")]
+    assert episodes == [2, 2]
