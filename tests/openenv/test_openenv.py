@@ -17,6 +17,8 @@ from agentrl.messages import ChatMessage, ToolCall
 
 from .conftest import APP
 
+TOOLS_APP = "guess_env.server.tools_app:app"
+
 pytestmark = pytest.mark.openenv
 
 
@@ -130,12 +132,45 @@ app = create_app(GuessEnvironment, CallToolAction, CallToolObservation)
 """
 
 
+def test_an_mcp_environment_is_played_through_its_own_tools():
+    env = make_task("openenv", app=TOOLS_APP, size=8, split="all")
+    assert env.mcp and [t["function"]["name"] for t in env.tools] == ["guess"]
+    guess_tool = env.tools[0]["function"]
+    assert guess_tool["description"] == "Guess the secret, an integer from 1 to 64."
+    assert guess_tool["parameters"]["required"] == ["number"]
+    start = env.start(0)
+    assert json.loads(start.messages[1].content)["guesses_left"] == 8
+    call = agent_message(ToolCall("c-1", "guess", json.dumps({"number": "many"})))
+    step = env.interact(start.session, call)
+    assert step.messages[0].content.startswith("error: 1 validation error for call[guess]")
+    step = env.interact(start.session, agent_message(ToolCall("c-2", "step", "{}")))
+    assert step.messages[0].content == "error: unknown tool 'step'; call guess"
+    for index in range(8):
+        start = env.start(index)
+        low, high = 1, 64
+        while True:
+            number = (low + high) // 2
+            call = agent_message(ToolCall("c", "guess", json.dumps({"number": number})))
+            step = env.interact(start.session, call)
+            if step.finish:
+                break
+            told = step.messages[0].content
+            low, high = (number + 1, high) if told == "Higher." else (low, number - 1)
+        assert (step.status, step.reward) == (Status.COMPLETED, 1.0)  # the server's Rubric
+        assert step.messages[0].content == "Correct!"
+
+
+def test_the_protocol_contract_holds_on_an_mcp_environment():
+    report = conformance("openenv", {"app": TOOLS_APP, "size": 20})
+    assert report.violations == [], report.format()
+
+
 def test_what_it_cannot_play_or_reach_is_refused_in_one_line(tmp_path, monkeypatch):
     name = f"oe_mcp_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(_MCP_APP))
     monkeypatch.syspath_prepend(str(tmp_path))
     cases = [
-        ({"app": f"{name}:app"}, "CallToolAction .an MCP environment"),
+        ({"app": f"{name}:app"}, "list_tools failed on http://127.0.0.1"),
         ({"url": "http://127.0.0.1:9", "timeout": 1}, r"no answer from http://127.0.0.1:9/health"),
         ({"app": "no_such_module_x:app"}, "the server exited at start"),
         ({"app": APP, "url": "http://127.0.0.1:9"}, "give one of url .* or app"),

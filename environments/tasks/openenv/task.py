@@ -27,8 +27,12 @@ rollout retries the episode); a reset the server refuses is a SampleError.
 validates them against its own Action model, steps its environment and computes the
 reward; the ``metadata`` field is not offered and dropped from a call.
 
-**Not supported:** OpenEnv's MCP environments (actions ``list_tools``/``call_tool``, RFC
-003) are refused when built; a container image (``from_docker_image``) is not started by
+**MCP environments** (RFC 003: the server's action is ``CallToolAction``): the tools are the
+server's own, listed once with a ``list_tools`` step when the task is built; a call of one is
+a ``call_tool`` step, answered with the tool's text, or ``error: <message>`` (a bad call)
+when the server reports an error (unknown tool, arguments its validation refuses).
+
+**Not supported:** a container image (``from_docker_image``) is not started by
 this task: start the container and give its ``url``. ``app`` runs the server as a local
 process without a sandbox: for environments that run no model-written code.
 """
@@ -66,11 +70,12 @@ REWARDS = ("last", "sum")
 """Values of the ``reward`` option."""
 
 SYSTEM = (
-    "You act in an environment. Each observation is JSON. Call the {tool} tool with one "
+    "You act in an environment. Each observation is JSON. Call {tool} with one "
     "action at a time until the episode ends."
 )
-REMINDER = "Call the {tool} tool with your next action."
+REMINDER = "Call {tool} with your next action."
 _MCP_ACTIONS = {"CallToolAction", "ListToolsAction", "Action"}
+"""Action titles of an MCP environment (``deserialize_action`` routes MCP types for them)."""
 
 
 def openenv(
@@ -148,23 +153,45 @@ class OpenEnvTask:
         self.server = Server(url=url, app=app, start_timeout=float(timeout), task=self.name)
         weakref.finalize(self, self.server.close)  # a started server ends with its task
         action = self.server.schema.get("action") or {}
-        if action.get("title") in _MCP_ACTIONS:
-            self.server.close()
-            raise ValueError(
-                f"{self.name}: the server's action is {action.get('title')} (an MCP "
-                "environment, list_tools/call_tool), which this task does not play"
-            )
         self.split, self.seed, self.size, self.max_turns = split, seed, size, max_turns
         self.reward, self._reset, self._timeout = reward, dict(reset or {}), float(timeout)
-        self.tool = tool
-        self._system = system if system is not None else SYSTEM.format(tool=tool)
-        self._schema = _tool_schema(tool, action)
+        self.mcp = action.get("title") in _MCP_ACTIONS
+        self._schemas = self._list_tools() if self.mcp else [_tool_schema(tool, action)]
+        named = " or ".join(s["function"]["name"] for s in self._schemas)
+        self._named = f"the {named} tool"
+        self._system = system if system is not None else SYSTEM.format(tool=self._named)
         self._seeds: list[int] = []
         self._lock = threading.Lock()
 
     @property
     def tools(self) -> list[dict]:
-        return [copy.deepcopy(self._schema)]
+        return copy.deepcopy(self._schemas)
+
+    def _list_tools(self) -> list[dict]:
+        """An MCP environment's tools: one ``list_tools`` step on a session of its own."""
+        client = self._client_type(base_url=self.server.url, message_timeout_s=self._timeout)
+        try:
+            with client.sync() as session:
+                listed = session.step({"type": "list_tools"}).observation.get("tools") or []
+        except (RuntimeError, *self._lost) as exc:
+            self.server.close()
+            raise ValueError(f"{self.name}: list_tools failed on {self.server.url}: {exc}") from exc
+        if not listed:
+            self.server.close()
+            raise ValueError(
+                f"{self.name}: the MCP environment at {self.server.url} lists no tools"
+            )
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description") or "",
+                    "parameters": t.get("input_schema") or {"type": "object", "properties": {}},
+                },
+            }
+            for t in listed
+        ]
 
     @property
     def num_instances(self) -> int:
@@ -207,7 +234,7 @@ class OpenEnvTask:
     def interact(self, session: _Session, message: ChatMessage) -> Step:
         begin_turn(self.name, session)
         if not message.tool_calls:
-            reminder = REMINDER.format(tool=self.tool)
+            reminder = REMINDER.format(tool=self._named)
             return after_turn(session, [no_tool_call(session, reminder)], self._end)
         replies: list[ChatMessage] = []
         for call in message.tool_calls:
@@ -228,7 +255,9 @@ class OpenEnvTask:
             session.steps += 1
             value = result.reward if isinstance(result.reward, int | float) else 0.0
             session.total += value
-            replies.append(_reply(call, _text(result.observation)))
+            text = _tool_text(result.observation) if self.mcp else _text(result.observation)
+            session.bad_calls += text.startswith("error: ")
+            replies.append(_reply(call, text))
             if result.done:
                 return self._judge(session, float(value), replies)
         return after_turn(session, replies, self._end)
@@ -242,14 +271,17 @@ class OpenEnvTask:
         self.server.close()
 
     def _action(self, call: ToolCall) -> tuple[dict | None, str]:
-        if call.name != self.tool:
-            return None, f"unknown tool {call.name!r}; call {self.tool}"
+        names = [s["function"]["name"] for s in self._schemas]
+        if call.name not in names:
+            return None, f"unknown tool {call.name!r}; call {' or '.join(names)}"
         try:
             arguments = json.loads(call.arguments or "{}")
         except ValueError as exc:
             return None, f"arguments are not JSON ({exc})"
         if not isinstance(arguments, dict):
             return None, "arguments must be a JSON object"
+        if self.mcp:
+            return {"type": "call_tool", "tool_name": call.name, "arguments": arguments}, ""
         arguments.pop("metadata", None)  # OpenEnv's own field: not the model's to set
         return arguments, ""
 
@@ -313,19 +345,32 @@ def _text(observation: Any) -> str:
     return json.dumps(observation, ensure_ascii=False, default=str)
 
 
+def _tool_text(observation: dict) -> str:
+    """A ``call_tool`` observation as the tool's answer: its text content, or its error."""
+    error = observation.get("error")
+    if error:
+        return f"error: {error.get('message', error) if isinstance(error, dict) else error}"
+    result = observation.get("result")
+    blocks = result.get("content") if isinstance(result, dict) else None
+    if isinstance(blocks, list):
+        return "\n".join(b.get("text", json.dumps(b)) for b in blocks if isinstance(b, dict))
+    return _text(result)
+
+
 def _reply(call: ToolCall, text: str) -> ChatMessage:
     return ChatMessage("tool", text, tool_call_id=call.id, name=call.name)
 
 
 def _random(env: OpenEnvTask, index: int, rng: random.Random):
-    """A random value for each of the action's fields (by JSON type), or prose."""
-    properties = env.tools[0]["function"]["parameters"].get("properties", {})
+    """One of the tools with a random value for each field (by JSON type), or prose."""
     while True:
         if rng.random() < 0.2:
             yield "Let me think."
             continue
+        function = rng.choice(env.tools)["function"]
+        properties = function["parameters"].get("properties", {})
         arguments = {name: _value(spec, rng) for name, spec in properties.items()}
-        yield ToolCall(id="call_0", name=env.tool, arguments=json.dumps(arguments))
+        yield ToolCall(id="call_0", name=function["name"], arguments=json.dumps(arguments))
 
 
 def _value(spec: dict, rng: random.Random) -> Any:
