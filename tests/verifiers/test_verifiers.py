@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from agentrl.environments import SampleError, Status, make_task
+from agentrl.environments import InfraError, SampleError, Status, make_task
 from agentrl.environments._check import agent_message, check
 from agentrl.environments._conformance import conformance
 from agentrl.messages import ChatMessage, ToolCall
@@ -180,6 +180,8 @@ def test_a_raising_reward_is_the_tasks_failure_not_a_crash(monkeypatch):
 
 
 _UNPLAYABLE = """
+import asyncio
+
 import verifiers.v1 as vf
 
 __all__ = [{exports}]
@@ -207,6 +209,25 @@ class Set(vf.Taskset[{task}, vf.TasksetConfig]):
     def load(self):
         for i in range(8):
             yield {task}(Data(prompt=f"question {{i}}"), self.config.task)
+
+
+class Endless(vf.Taskset[PlainTask, vf.TasksetConfig]):
+    INFINITE = True
+
+    def load(self):
+        i = 0
+        while True:
+            yield PlainTask(Data(prompt=f"question {{i}}"), self.config.task)
+            i += 1
+
+
+class HangConfig(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig()
+
+
+class Hang(vf.Env[HangConfig]):
+    async def run(self, task, agents):
+        await asyncio.Event().wait()  # an Env that never asks the model
 
 
 class TwoConfig(vf.EnvConfig):
@@ -240,6 +261,29 @@ def test_what_agentrl_cannot_play_is_refused_in_one_line(tmp_path, monkeypatch):
     env = make_task(rewrite, split="all")  # read lazily: the hook is seen at the start
     with pytest.raises(SampleError, match=r"uses @vf\.intercept hooks"):
         env.start(0)
+
+
+def test_an_infinite_taskset_needs_a_size(tmp_path, monkeypatch):
+    endless = _taskset(tmp_path, monkeypatch, "PlainTask", '"Endless"')
+    with pytest.raises(ValueError, match="is infinite: give size"):
+        make_task(endless)
+    env = make_task(endless, size=5)
+    assert env.num_instances == 5
+    assert {env.task(i).data.prompt for i in range(5)} <= {f"question {i}" for i in range(40)}
+
+
+def test_an_env_that_does_not_answer_in_time_is_an_infra_error_and_is_stopped(
+    tmp_path, monkeypatch
+):
+    hang = _taskset(tmp_path, monkeypatch, "PlainTask", '"Set", "Hang"')
+    env = make_task(hang, split="all", timeout=0.5)
+    before = {t for t in threading.enumerate() if t.name == "vf-episode"}
+    with pytest.raises(InfraError, match=r"did not answer in 0\.5 s"):
+        env.start(0)
+    for thread in threading.enumerate():
+        if thread.name == "vf-episode" and thread not in before:
+            thread.join(timeout=10)  # cancelled: its coroutine ends, and so does the thread
+            assert not thread.is_alive()
 
 
 @pytest.mark.parametrize(

@@ -58,10 +58,6 @@ class Ended:
     """Tool calls answered with an error (unreadable, unknown tool, bad arguments)."""
 
 
-class _Cancelled(Exception):
-    """Delivered to the episode's coroutine in place of a reply when it is cancelled."""
-
-
 class Episode:
     """One task played by the source's Env (module doc); not thread-safe for one episode,
     independent across episodes."""
@@ -71,9 +67,10 @@ class Episode:
         self._out: queue.Queue[Shown | Ended] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next: asyncio.Future | None = None
+        self._main: asyncio.Task | None = None
         self._over = False
         self._seat = Seat(source.role, source.seat, source.taskset, max_turns, self._ask)
-        self._thread = threading.Thread(target=self._main, daemon=True, name="vf-episode")
+        self._thread = threading.Thread(target=self._thread_main, daemon=True, name="vf-episode")
 
     def open(self) -> Shown | Ended:
         """Start the episode; its opening messages (or its end, when it fails to open)."""
@@ -94,12 +91,16 @@ class Episode:
         return list(rollouts[-1].schemas) if rollouts else []
 
     def cancel(self) -> None:
-        """Stop the episode where it waits for the model; idempotent."""
-        loop, pending = self._loop, self._next
+        """Stop the episode wherever it is (waiting for the model or in the Env's own code:
+        its coroutine is cancelled); idempotent."""
+        loop, main = self._loop, self._main
         self._over = True
-        if loop is not None and pending is not None:
-            self._next = None
-            loop.call_soon_threadsafe(_resolve, pending, _Cancelled())
+        self._next = None
+        if loop is not None and main is not None:
+            try:
+                loop.call_soon_threadsafe(main.cancel)
+            except RuntimeError:  # its loop has closed: the episode is over already
+                log.debug("verifiers episode ended before its cancel", task=self._source.id)
 
     def _wait(self) -> Shown | Ended:
         try:
@@ -115,20 +116,19 @@ class Episode:
 
     # --- the episode's own thread -------------------------------------------------
 
-    def _main(self) -> None:
+    def _thread_main(self) -> None:
         asyncio.run(self._run())
 
     async def _ask(self, messages: list[ChatMessage]) -> ChatMessage:
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._next = pending = loop.create_future()
+        self._next = pending = asyncio.get_running_loop().create_future()
         self._out.put(Shown(messages))
-        reply = await pending
-        if isinstance(reply, _Cancelled):
-            raise reply
-        return reply
+        return await pending
 
     async def _run(self) -> None:
+        self._main = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        if self._over:  # cancelled before the thread got here
+            return
         m = load()
         env, task = self._source.env, self._task
         agents = _Agents(self._source.role, self._seat)
@@ -144,7 +144,7 @@ class Episode:
                 traces=traces,
             )
             await env.finalize(task, episode)
-        except _Cancelled:
+        except asyncio.CancelledError:  # our own cancel(): the episode just stops
             return
         except Unsupported as exc:
             self._out.put(Ended([], unsupported=str(exc)))
