@@ -4,13 +4,14 @@ uvicorn and played through OpenEnv's own client."""
 
 from __future__ import annotations
 
+import gc
 import json
 import textwrap
 import uuid
 
 import pytest
 
-from agentrl.environments import InfraError, Status, make_task
+from agentrl.environments import InfraError, SampleError, Status, make_task
 from agentrl.environments._check import agent_message
 from agentrl.environments._conformance import conformance
 from agentrl.messages import ChatMessage, ToolCall
@@ -165,10 +166,46 @@ def test_the_protocol_contract_holds_on_an_mcp_environment():
     assert report.violations == [], report.format()
 
 
-def test_what_it_cannot_play_or_reach_is_refused_in_one_line(tmp_path, monkeypatch):
-    name = f"oe_mcp_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(_MCP_APP))
+_REFUSING_APP = """
+from openenv.core.env_server.http_server import create_app
+from guess_env.models import GuessAction, GuessObservation
+from guess_env.server.environment import GuessEnvironment
+
+
+class Refusing(GuessEnvironment):
+    def reset(self, seed=None, episode_id=None, **kwargs):
+        raise ValueError(f"no game for seed {seed}")
+
+
+app = create_app(Refusing, GuessAction, GuessObservation, max_concurrent_envs=4)
+"""
+
+
+def _module(tmp_path, monkeypatch, prefix: str, source: str) -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_reset_the_server_refuses_is_a_sample_error(tmp_path, monkeypatch):
+    name = _module(tmp_path, monkeypatch, "oe_refusing", _REFUSING_APP)
+    env = make_task("openenv", app=f"{name}:app", size=3)
+    with pytest.raises(SampleError, match="reset with seed 1 refused"):
+        env.start(0)
+
+
+def test_the_server_a_task_started_stops_with_the_task():
+    env = make_task("openenv", app=APP, size=2)
+    process = env.server._process
+    assert process.poll() is None
+    del env
+    gc.collect()
+    assert process.wait(timeout=10) is not None
+
+
+def test_what_it_cannot_play_or_reach_is_refused_in_one_line(tmp_path, monkeypatch):
+    name = _module(tmp_path, monkeypatch, "oe_mcp", _MCP_APP)
     cases = [
         ({"app": f"{name}:app"}, "list_tools failed on http://127.0.0.1"),
         ({"url": "http://127.0.0.1:9", "timeout": 1}, r"no answer from http://127.0.0.1:9/health"),

@@ -51,6 +51,12 @@ from typing import Any
 import structlog
 
 from agentrl.environments._protocol import InfraError, SampleError, Start, Status, Step
+from agentrl.environments.tasks.openenv.actions import (
+    action_tool,
+    mcp_tools,
+    observation_text,
+    tool_result_text,
+)
 from agentrl.environments.tasks.openenv.library import load
 from agentrl.environments.tasks.openenv.server import Server
 from agentrl.environments.tasks.toolkit.episode import (
@@ -156,7 +162,7 @@ class OpenEnvTask:
         self.split, self.seed, self.size, self.max_turns = split, seed, size, max_turns
         self.reward, self._reset, self._timeout = reward, dict(reset or {}), float(timeout)
         self.mcp = action.get("title") in _MCP_ACTIONS
-        self._schemas = self._list_tools() if self.mcp else [_tool_schema(tool, action)]
+        self._schemas = self._list_tools() if self.mcp else [action_tool(tool, action)]
         named = " or ".join(s["function"]["name"] for s in self._schemas)
         self._named = f"the {named} tool"
         self._system = system if system is not None else SYSTEM.format(tool=self._named)
@@ -181,17 +187,7 @@ class OpenEnvTask:
             raise ValueError(
                 f"{self.name}: the MCP environment at {self.server.url} lists no tools"
             )
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": t["name"],
-                    "description": t.get("description") or "",
-                    "parameters": t.get("input_schema") or {"type": "object", "properties": {}},
-                },
-            }
-            for t in listed
-        ]
+        return mcp_tools(listed)
 
     @property
     def num_instances(self) -> int:
@@ -227,7 +223,7 @@ class OpenEnvTask:
             raise InfraError(f"{self.name}: {self.server.url} lost: {exc}") from exc
         messages = [
             ChatMessage("system", self._system),
-            ChatMessage("user", _text(result.observation)),
+            ChatMessage("user", observation_text(result.observation)),
         ]
         return Start(_Session(client, self.max_turns), messages)
 
@@ -255,7 +251,8 @@ class OpenEnvTask:
             session.steps += 1
             value = result.reward if isinstance(result.reward, int | float) else 0.0
             session.total += value
-            text = _tool_text(result.observation) if self.mcp else _text(result.observation)
+            shown = tool_result_text if self.mcp else observation_text
+            text = shown(result.observation)
             session.bad_calls += text.startswith("error: ")
             replies.append(_reply(call, text))
             if result.done:
@@ -326,35 +323,6 @@ class OpenEnvTask:
             session.client.close()
         except (RuntimeError, *self._lost) as exc:  # the session is over either way
             log.debug("openenv client close failed", error=repr(exc))
-
-
-def _tool_schema(tool: str, action: dict[str, Any]) -> dict:
-    """The action schema as one function's parameters, without OpenEnv's ``metadata``."""
-    parameters = copy.deepcopy(action) or {"type": "object", "properties": {}}
-    parameters.get("properties", {}).pop("metadata", None)
-    parameters["required"] = [r for r in parameters.get("required", []) if r != "metadata"]
-    description = parameters.pop("description", None) or "Take one action in the environment."
-    parameters.pop("title", None)
-    return {
-        "type": "function",
-        "function": {"name": tool, "description": description, "parameters": parameters},
-    }
-
-
-def _text(observation: Any) -> str:
-    return json.dumps(observation, ensure_ascii=False, default=str)
-
-
-def _tool_text(observation: dict) -> str:
-    """A ``call_tool`` observation as the tool's answer: its text content, or its error."""
-    error = observation.get("error")
-    if error:
-        return f"error: {error.get('message', error) if isinstance(error, dict) else error}"
-    result = observation.get("result")
-    blocks = result.get("content") if isinstance(result, dict) else None
-    if isinstance(blocks, list):
-        return "\n".join(b.get("text", json.dumps(b)) for b in blocks if isinstance(b, dict))
-    return _text(result)
 
 
 def _reply(call: ToolCall, text: str) -> ChatMessage:
