@@ -221,6 +221,12 @@ class Endless(vf.Taskset[PlainTask, vf.TasksetConfig]):
             i += 1
 
 
+class Downloading(vf.Taskset[PlainTask, vf.TasksetConfig]):
+    def load(self):
+        yield PlainTask(Data(prompt="question 0"), self.config.task)
+        raise OSError("[Errno 101] Network is unreachable: huggingface.co")
+
+
 class HangConfig(vf.EnvConfig):
     agent: vf.AgentConfig = vf.AgentConfig()
 
@@ -270,6 +276,16 @@ def test_an_infinite_taskset_needs_a_size(tmp_path, monkeypatch):
     env = make_task(endless, size=5)
     assert env.num_instances == 5
     assert {env.task(i).data.prompt for i in range(5)} <= {f"question {i}" for i in range(40)}
+
+
+def test_a_taskset_that_cannot_load_offline_says_so_in_one_line(tmp_path, monkeypatch):
+    downloading = _taskset(tmp_path, monkeypatch, "PlainTask", '"Downloading"')
+    with pytest.raises(ValueError, match=r"could not load its tasks \(task 1\): OSError") as caught:
+        make_task(downloading, split="all")
+    assert "Network is unreachable" in str(caught.value) and "\n" not in str(caught.value)
+    # verifiers' own textarena taskset without its extra: its message, one line
+    with pytest.raises(ValueError, match=r"verifiers:textarena: .*verifiers\[ta\]"):
+        make_task("verifiers:textarena", size=3)
 
 
 def test_an_env_that_does_not_answer_in_time_is_an_infra_error_and_is_stopped(

@@ -8,6 +8,10 @@ playing each task once). `TasksetSource` builds both through verifiers' own load
 loads for ``vf-eval``: its config class validates the ``taskset`` option and its
 ``load()`` yields the tasks.
 
+**Loading.** A taskset whose ``load()`` raises (one that downloads a data set, offline; bad
+data) is refused in one line naming the error (`TasksetLoadError`), as is one whose module
+does not import (its extra missing: verifiers' ``textarena`` says which to install).
+
 **Split.** Tasks are read from ``taskset.load()`` in order and kept when their
 ``task.key`` (verifiers' durable identity: the content hash of the task's data unless the
 taskset names one) belongs to the split asked for (`tasks.toolkit.split.in_split` on
@@ -28,10 +32,15 @@ from agentrl.environments._protocol import SampleError
 from agentrl.environments.tasks.toolkit.split import in_split
 from agentrl.environments.tasks.verifiers.library import load
 
-__all__ = ["TasksetSource", "one_line"]
+__all__ = ["TasksetLoadError", "TasksetSource", "one_line"]
 
 _WALK_PER_ITEM = 50
 """How many tasks of an infinite taskset the walk may read per instance it needs."""
+
+
+class TasksetLoadError(SampleError, ValueError):
+    """Raised when the taskset's own ``load()`` fails (a download that cannot be made
+    offline, bad data): a ValueError when the task is built, a SampleError at a start."""
 
 
 def one_line(exc: Exception) -> str:
@@ -78,7 +87,7 @@ class TasksetSource:
             raw[roles[0]] = {**seat, "harness": {"id": "null"}}
             config = m.loaders.resolve_env_config(raw)
             self.env = m.loaders.load_environment(config)
-        except ModuleNotFoundError as exc:
+        except ImportError as exc:  # not installed, or its own imports missing (an extra)
             raise ValueError(f"{task}: {one_line(exc)}") from exc
         except (ValidationError, ValueError, TypeError, AttributeError) as exc:
             raise ValueError(f"{task}: taskset {taskset_id!r}: {one_line(exc)}") from exc
@@ -130,6 +139,11 @@ class TasksetSource:
             except StopIteration:
                 self._exhausted = True
                 return
+            except Exception as exc:  # the taskset's own load(): a download offline, bad data
+                raise TasksetLoadError(
+                    f"{self._task}: taskset {self.id!r} could not load its tasks "
+                    f"(task {self._read}): {type(exc).__name__}: {one_line(exc)}"
+                ) from exc
             self._read += 1
             if in_split(f"{self.id}:{found.key}", self.split, self.seed):
                 self._tasks.append(found)
