@@ -366,5 +366,6 @@ def test_verifiers_environments_train_one_step_in_the_whole_loop(tmp_path):
     lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     (metrics,) = [json.loads(line) for line in lines]
     assert metrics["version"] == 1 and metrics["rollout/episodes"] == 4
-    episodes = [metrics[f"env/verifiers:{t}/episodes"] for t in ("vf_arith", "vf_guess")]
-    assert episodes == [2, 2]
+    # the two groups of the update may both come from one task (the controller's order)
+    episodes = [metrics.get(f"env/verifiers:{t}/episodes", 0) for t in ("vf_arith", "vf_guess")]
+    assert sum(episodes) == 4 and set(episodes) <= {0, 2, 4}
