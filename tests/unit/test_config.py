@@ -163,7 +163,7 @@ def test_schedule_task_turn_cap_and_group_timeout_problems_are_listed_together()
     assert info.value.problems == [
         "tasks.b.schedule: expected a list, got str",  # falls back to no schedule
         "tasks.a: unknown task 'nosuch' (known: alfworld, bfcl, bfcl_multi_turn, calculator, "
-        "db, kg, os, reasoning_gym, webshop)",
+        "db, kg, openenv, os, reasoning_gym, verifiers, webshop)",
         "tasks.a.schedule: versions must be >= 0 and strictly increasing: [5.0, 2.0]",
         "tasks.a.schedule: weights must be >= 0",
         "tasks.c.schedule: must be a non-empty list of [version, weight] pairs",
