@@ -17,6 +17,7 @@ from agentrl.environments import make_task
 from agentrl.environments._check import check
 from agentrl.environments.tasks.os.items import ItemError
 from agentrl.environments.tasks.os.sandbox import DEFAULT_IMAGE, docker_available, open_sandbox
+from agentrl.messages import ChatMessage, ToolCall
 from tests.unit import sandbox_suite as suite
 
 pytestmark = pytest.mark.integration
@@ -91,6 +92,28 @@ def test_output_is_capped(opener):
 
 def test_a_judge_s_output_is_its_stdout(opener):
     suite.judge_hands_over_stdout(opener)
+
+
+def test_a_judge_over_its_time_limit_is_stopped(opener):
+    suite.judge_is_stopped_at_its_limit(opener)
+
+
+def test_the_terminal_is_one_login_shell_in_a_container(tmp_path):
+    """AgentBench's shell: ``bash --login`` through an exec with a tty; root's
+    ``~/.bashrc`` (the image's, from /etc/skel) gives the prompt it is read up to."""
+    item = {
+        "description": "who",
+        "start": "useradd -m -s /bin/bash jack && su - jack",
+        "evaluation": {"match": "jack"},
+    }
+    data = tmp_path / "who.json"
+    data.write_text(json.dumps([item]))
+    env = make_task("os", sandbox="docker", data=str(data), split="all")
+    start = env.start(0)
+    call = ToolCall("c0", "bash_action", json.dumps({"script": "whoami; echo ~"}))
+    step = env.interact(start.session, ChatMessage("assistant", "", [call]))
+    assert step.messages[0].content == "The output of the OS:\n\n\rjack\r\n/home/jack\r\n"
+    env.cancel(start.session)
 
 
 def test_sessions_leave_no_container_even_when_they_fail(tmp_path):

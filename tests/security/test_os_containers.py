@@ -58,6 +58,7 @@ def env(tmp_path_factory):
         split="all",
         sandbox="docker",
         timeout=2,
+        shell="fresh",
         timeout_ends=False,  # the command is killed and the episode goes on
         pids=64,
         memory_mb=128,

@@ -68,11 +68,13 @@ ATTACKS = {
         "export PYTHONPATH=/root PYTHONSTARTUP=/root/json.py PYTHONHOME=/root; true",
     ],
     "judge_view_attacked": [
-        # whatever the agent finds of the judge's read-only view: remount, unmount, replace
-        "mount -o remount,rw /.judge; umount -l /.judge/usr/bin; umount /.judge/etc/ld.so.preload; "
-        "rm -rf /.judge/lib64 /.judge/bin; ln -s /root /.judge/bin; "
-        f"printf '{_PASS}' > /.judge/usr/bin/bash; printf '{_PASS}' > /.judge/usr/bin/python3; "
-        "echo /root/h.so > /.judge/etc/ld.so.preload; true",
+        # whatever the agent finds of the judge's view (covered at /.judge, reached through
+        # the first process's descriptor): remount, unmount, replace
+        "for v in /.judge /proc/[0-9]*/fd/9; do mount -o remount,rw $v; "
+        "umount -l $v/usr/bin; umount $v/etc/ld.so.preload; umount /.judge; "
+        "rm -rf $v/lib64 $v/bin; ln -s /root $v/bin; "
+        f"printf '{_PASS}' > $v/usr/bin/bash; printf '{_PASS}' > $v/usr/bin/python3; "
+        "echo /root/h.so > $v/etc/ld.so.preload; done 2>/dev/null; true",
     ],
     "top_level_folders_replaced": [
         # a loader that makes every program succeed, put where the judge's /lib64 would be
@@ -96,11 +98,11 @@ ATTACKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    return make_task(
-        "os", data=data_file(tmp_path_factory.mktemp("os")), split="all", sandbox="bwrap"
-    )
+@pytest.fixture(scope="module", params=["terminal", "fresh"])
+def env(request, tmp_path_factory):
+    """The task, with each of the agent's shells (the judge is the same for both)."""
+    data = data_file(tmp_path_factory.mktemp("os"))
+    return make_task("os", data=data, split="all", sandbox="bwrap", shell=request.param)
 
 
 @pytest.mark.parametrize("index", range(len(JUDGED)))

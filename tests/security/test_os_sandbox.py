@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.environments import make_task
+from agentrl.environments._protocol import Status
 from agentrl.environments.tasks.os.sandbox import Limits, open_sandbox
 from tests.security.hostile import data_file, host_pids, needs_bwrap, say
 
@@ -45,6 +46,7 @@ def env(tmp_path_factory):
         split="all",
         sandbox="bwrap",
         timeout=2,
+        shell="fresh",
         timeout_ends=False,  # the command is killed and the episode goes on
         memory_mb=128,
         pids=64,
@@ -135,16 +137,22 @@ def test_the_sessions_host_path_and_the_hosts_passwords_stay_outside(box):
     assert names <= {"PATH", "HOME", "LANG", "PWD", "SHLVL", "_", "OLDPWD"}, names
 
 
-def test_the_judges_view_is_out_of_the_agents_sight(box):
-    """The judge's view is covered in the agent's tree (an empty, read-only /.judge) and
-    the descriptor that reaches it is held by a process the agent cannot look into."""
+def test_the_judges_view_is_covered_and_read_only(box):
+    """The judge's view is covered in the agent's tree (an empty, read-only /.judge, which
+    a `find /` does not walk); through the first process's descriptor it can be reached,
+    and nothing of it the judge trusts can be written."""
     seen = box.run(
         "ls -A /.judge; touch /.judge/x 2>/dev/null && echo WROTE; "
-        "for p in /proc/[0-9]*; do ls $p/fd/9/usr/bin/python3 2>/dev/null && echo FOUND $p; "
-        "ls $p/root/.judge/usr 2>/dev/null | head -1; done; echo end",
+        "for p in /proc/[0-9]*; do [ -e $p/fd/9/usr/bin ] && v=$p/fd/9; done; "
+        "echo view=${v:+found}; for f in usr/bin/python3 usr/lib/x lib64/x etc/ld.so.preload "
+        "etc/ld.so.cache etc/nsswitch.conf usr/local/lib/x x; do "
+        ": 2>/dev/null > $v/$f && echo WROTE $f; done; "
+        "mount -o remount,rw $v 2>/dev/null && echo REMOUNTED; echo end",
         10,
     )
-    assert seen.output == "end\n", seen
+    assert seen.output == "view=found\nend\n", seen
+    quiet = box.run("find / -name agentrl-nothing", 60)  # as in a container: no noise
+    assert (quiet.exit_code, quiet.output) == (0, ""), quiet
     assert box.judge(["/usr/bin/test", "-x", "/usr/bin/python3"], 10).exit_code == 0
 
 
@@ -269,6 +277,28 @@ def test_children_die_with_the_episode(env):
     while host_pids(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert host_pids(tag) == []
+
+
+def test_a_terminals_processes_die_with_the_episode(tmp_path):
+    """The ``terminal`` shell: what its commands start (setsid, nohup, double-forked,
+    daemonised) dies when a command's time limit ends the episode; the worker keeps no
+    descriptor of the ended sessions."""
+    env = make_task(
+        "os", data=data_file(tmp_path), split="all", sandbox="bwrap", timeout=2, pids=64
+    )
+    fds = len(list(Path("/proc/self/fd").iterdir()))
+    for _ in range(2):
+        tag = f"{MARK_PREFIX}-{uuid.uuid4().hex[:8]}"
+        session = env.start(0).session
+        step = env.interact(session, say("bash_action", script=_ESCAPES.format(tag=tag) + "true"))
+        assert not step.finish and len(_wait_for(tag, count=4)) >= 4
+        step = env.interact(session, say("bash_action", script="sleep 30"))
+        assert (step.status, step.finish) == (Status.TASK_LIMIT_REACHED, True)
+        deadline = time.monotonic() + 5
+        while host_pids(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host_pids(tag) == []
+    assert len(list(Path("/proc/self/fd").iterdir())) <= fds
 
 
 def _wait_for(tag: str, count: int = 1) -> list[int]:

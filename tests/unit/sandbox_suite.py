@@ -121,3 +121,12 @@ def judge_hands_over_stdout(opener: Opener) -> None:
     seen = box.judge(["/usr/bin/bash", "-c", script], 10)
     assert (seen.exit_code, seen.output, seen.errors) == (3, "out\nmore\n", "err\n")
     assert box.run(script, 10).output == "out\nerr\nmore\n"  # a command's: both, in order
+
+
+def judge_is_stopped_at_its_limit(opener: Opener) -> None:
+    """A judge over its time limit is stopped, with what it started, and says so."""
+    box = opener()
+    began = time.monotonic()
+    seen = box.judge(["/usr/bin/bash", "-c", "sleep 30 & sleep 30"], 1)
+    assert seen.timed_out and time.monotonic() - began < 10, seen
+    assert "sleep 30" not in box.run("ps -eo args", 10).output

@@ -80,7 +80,9 @@ def test_the_agentbench_sample_loads():
 
 @needs_bwrap
 def test_a_session_step_by_step():
-    env = make_task("os", split="all", sandbox="bwrap", timeout=1.0, timeout_ends=False)
+    env = make_task(
+        "os", split="all", sandbox="bwrap", shell="fresh", timeout=1.0, timeout_ends=False
+    )
     index = next(i for i in range(env.num_instances) if "/root/data.bin" in env.item(i).description)
     start = env.start(index)
     assert "data.bin" in start.messages[-1].content and start.messages[0].role == "system"
@@ -135,7 +137,7 @@ def test_bad_calls_get_agentbench_replies_and_the_episode_goes_on():
         ("tool", "Invalid function call. Please call a tool instead")
     ]
     step = env.interact(session, _say(("bash_action", {"command": "echo hi"})))
-    assert step.messages[0].content == "The output of the OS:\n\nhi\n"
+    assert step.messages[0].content == "The output of the OS:\n\n\rhi\r\n"  # a terminal's
     for bad in ("echo a\x00b", "echo \ud800", "#" * 200_000):  # not passable as an argument
         step = env.interact(session, _say(("bash_action", {"script": bad})))
         assert step.messages[0].content == "bash_action needs its script as one text argument"

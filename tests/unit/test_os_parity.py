@@ -86,21 +86,63 @@ def test_the_question_opens_the_session(tmp_path):
 
 
 @needs_bwrap
-def test_the_start_script_runs_in_the_agent_s_shell(tmp_path):
-    """task.py line 496: ``start`` goes through ``container.execute``, the agent's shell."""
+@pytest.mark.parametrize("shell", ["terminal", "fresh"])
+def test_the_start_script_runs_in_the_agent_s_shell(tmp_path, shell):
+    """task.py line 496: ``start`` goes through ``container.execute``, the agent's shell.
+    Through a terminal (AgentBench's), lines end ``\\r\\n`` and the output begins with the
+    ``\\r`` that ends bracketed paste mode (``\\x1b[?2004l\\r``, its sequence cleaned)."""
     item = {
         "description": "where",
         "start": "mkdir -p /home/u && cd /home/u && var=3.14 && export E=x && f() { echo f$1; }",
         "evaluation": {"match": "x"},
     }
-    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    env = make_task("os", split="all", sandbox="bwrap", shell=shell, data=_data(tmp_path, item))
     start = env.start(0)
+
+    def shown(*lines: str) -> str:
+        if shell == "fresh":
+            return "The output of the OS:\n\n" + "".join(f"{line}\n" for line in lines)
+        return "The output of the OS:\n\n\r" + "".join(f"{line}\r\n" for line in lines)
+
     step = env.interact(start.session, _say("bash_action", {"script": "pwd; echo $var $E; f 1"}))
-    assert step.messages[0].content == "The output of the OS:\n\n/home/u\n3.14 x\nf1\n"
+    assert step.messages[0].content == shown("/home/u", "3.14 x", "f1")
     step = env.interact(start.session, _say("bash_action", {"script": "cd /tmp; v2=7"}))
     step = env.interact(start.session, _say("bash_action", {"script": "pwd; echo $var $v2"}))
-    assert step.messages[0].content == "The output of the OS:\n\n/tmp\n3.14 7\n"
+    assert step.messages[0].content == shown("/tmp", "3.14 7")
     env.cancel(start.session)
+
+
+@needs_bwrap
+def test_the_terminal_is_one_login_shell_for_the_whole_session(tmp_path):
+    """agentrl-worker's ``create_shell`` execs ``/bin/bash --login`` with a tty once per
+    container and ``execute_shell`` types every command into it: a ``su - jack`` in
+    ``start`` leaves jack's login shell answering, shell options carry over, ``ls`` writes
+    columns; after the login shell's ``exit`` a command fails (the stream is closed) while
+    an answer is still judged."""
+    item = {
+        "description": "who",
+        "start": "useradd -m -s /bin/bash jack && cd /home/jack && su - jack",
+        "evaluation": {"match": "jack"},
+    }
+    env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
+    start = env.start(0)
+    step = env.interact(start.session, _say("bash_action", {"script": "whoami; echo ~"}))
+    assert step.messages[0].content == "The output of the OS:\n\n\rjack\r\n/home/jack\r\n"
+    env.interact(start.session, _say("bash_action", {"script": "set -u; touch a b c"}))
+    step = env.interact(start.session, _say("bash_action", {"script": "ls; echo $nothing"}))
+    shown = step.messages[0].content
+    assert "nothing: unbound variable" in shown and "\ra  b  c\r\n" in shown, shown
+    env.interact(start.session, _say("bash_action", {"script": "exit"}))  # jack's: root's now
+    step = env.interact(start.session, _say("bash_action", {"script": "exit"}))
+    assert step.messages[0].content == "The output of the OS:\n\n\rlogout\r\n"
+    assert not step.finish
+    step = env.interact(start.session, _say("bash_action", {"script": "whoami"}))
+    assert (step.status, step.reward, step.finish) == (Status.AGENT_INVALID_ACTION, 0.0, True)
+    start = env.start(0)
+    for script in ("exit", "exit"):
+        env.interact(start.session, _say("bash_action", {"script": script}))
+    step = env.interact(start.session, _say("answer_action", {"answer": "jack"}))
+    assert (step.status, step.reward) == (Status.COMPLETED, 1.0)
 
 
 @needs_bwrap
@@ -227,7 +269,7 @@ def test_init_scripts_may_write_usr_under_bwrap(tmp_path):
     env = make_task("os", split="all", sandbox="bwrap", data=_data(tmp_path, item))
     start = env.start(0)
     step = env.interact(start.session, _say("bash_action", {"script": "wc -l < /usr/stock.log"}))
-    assert step.messages[0].content == "The output of the OS:\n\n2\n"
+    assert step.messages[0].content == "The output of the OS:\n\n\r2\r\n"
     env.cancel(start.session)
     assert not Path("/usr/stock.log").exists()
 

@@ -83,6 +83,10 @@ def test_a_judge_s_output_is_its_stdout(opener):
     suite.judge_hands_over_stdout(opener)
 
 
+def test_a_judge_over_its_time_limit_is_stopped(opener):
+    suite.judge_is_stopped_at_its_limit(opener)
+
+
 def test_output_is_capped(opener):
     suite.output_is_capped(opener)
 

@@ -63,6 +63,7 @@ from agentrl.environments.tasks.os.sandbox import (
     result_of,
     wrapped_command,
 )
+from agentrl.environments.tasks.os.terminal import FdIO
 
 __all__ = ["UID_BASE", "BwrapSandbox"]
 
@@ -75,6 +76,8 @@ _JOIN_CGROUPS = 'for g in $AGENTRL_CGROUPS; do echo $$ > "$g/cgroup.procs" || ex
 _NR_OPEN = Path("/proc/sys/fs/nr_open")
 _CAP_SYS_RESOURCE = 24
 _SETPRIV, _CHROOT, _ENV = "/usr/bin/setpriv", "/usr/sbin/chroot", "/usr/bin/env"
+_LOGIN_SHELL = ("setsid", "--ctty", "bash", "--login")
+"""The terminal's shell: a session of its own with the pty as its controlling terminal."""
 _BASE_ENV = ("HOME=/root", "LANG=C.UTF-8")
 
 
@@ -159,7 +162,9 @@ class BwrapSandbox:
     def _open_files(self) -> int:
         return open_files_limit(self._limits.open_files)
 
-    def _enter(self, argv: Sequence[str], *, judge: bool = False) -> list[str]:
+    def _enter(
+        self, argv: Sequence[str], *, judge: bool = False, env: Sequence[str] = ()
+    ) -> list[str]:
         """``argv`` run in the session: entered through the judge's view, whose ``setpriv``
         lowers the capabilities, then (for the agent's view) ``chroot`` to pid 1's root."""
         view = f"/proc/{self._holder}/fd/{JUDGE_FD}"
@@ -171,6 +176,7 @@ class BwrapSandbox:
             return [*enter, *drop, "--", _ENV, "-i", f"PATH={JUDGE_PATH}", *_BASE_ENV, *argv]
         drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_chroot"]
         into = [_CHROOT, "/proc/1/root", _ENV, "-i", "-C", "/root", f"PATH={PATH}", *_BASE_ENV]
+        into += env
         return [*enter, *drop, "--", *into, *argv]
 
     def exec(self, argv: Sequence[str], timeout: float) -> RunResult:
@@ -181,8 +187,10 @@ class BwrapSandbox:
         return result_of(code, out, elapsed, timeout)
 
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
-        seconds = f"{max(timeout, 0.1):g}"
-        command = self._enter(["timeout", "-k", "1", seconds, *argv], judge=True)
+        """``argv`` itself in the session (no ``timeout`` process above it: the session's
+        processes are those of AgentBench's ``docker exec``), stopped from here at
+        ``timeout`` by killing its cgroup."""
+        command = self._enter(argv, judge=True)
         code, out, err, elapsed = self._call(command, timeout, judge=True)
         return result_of(code, out, elapsed, timeout, errors=err)
 
@@ -201,28 +209,56 @@ class BwrapSandbox:
             reader = _CappedReader(proc.stdout, self._limits.output_bytes)
             errors = _CappedReader(proc.stderr, self._limits.output_bytes)
             try:
-                proc.wait(timeout=call_deadline(timeout))
+                code = proc.wait(timeout=timeout if judge else call_deadline(timeout))
             except subprocess.TimeoutExpired as exc:
                 _kill_group(proc)
                 self._cgroups.kill(group)
                 proc.wait()
-                raise SandboxError(f"bwrap sandbox: a command hung past {timeout:g} s") from exc
+                if not judge:
+                    raise SandboxError(f"bwrap sandbox: a command hung past {timeout:g} s") from exc
+                code = TIMEOUT_CODES[0]  # stopped at its limit: what `timeout` would say
             elapsed = time.monotonic() - began
-            timed_out = proc.returncode in TIMEOUT_CODES and elapsed >= timeout * 0.9
+            timed_out = code in TIMEOUT_CODES and elapsed >= timeout * 0.9
             if judge or timed_out:  # a judge leaves nothing behind
                 self._cgroups.kill(group)
             out, err = reader.result(), errors.result()
             _close_pipes(proc)
         finally:
             self._cgroups.release(group)
-        if proc.returncode == 125 and not out:
+        if code == 125 and not out:
             raise SandboxError(f"bwrap sandbox: cannot join its cgroup: {err.decode()[:200]}")
         if self._closed:
             raise SandboxError("bwrap sandbox closed during a command")
-        return proc.returncode, out, err, elapsed
+        return code, out, err, elapsed
 
     def run(self, script: str, timeout: float) -> RunResult:
         return self.exec(["bash", "-c", script], timeout)
+
+    def open_terminal(self) -> FdIO:
+        """``bash --login`` on a pty of its own, ``TERM=xterm`` (as a ``docker exec``
+        with a tty), in a cgroup of its own; the pty's master side stays here."""
+        self._check_open()
+        master, slave = os.openpty()
+        group = self._cgroups.command()
+        try:
+            command = self._enter(_LOGIN_SHELL, env=("TERM=xterm",))
+            pty = {"stdin": slave, "stdout": slave, "stderr": slave}
+            proc = self._popen(command, self._cgroups.joined(group), **pty)
+        except BaseException:
+            os.close(master)
+            self._cgroups.release(group)
+            raise
+        finally:
+            os.close(slave)
+
+        def close() -> None:
+            _kill_group(proc)
+            self._cgroups.kill(group)
+            proc.wait()
+            os.close(master)
+            self._cgroups.release(group)
+
+        return FdIO(master, close)
 
     def start_background(self, script: str) -> None:
         self._check_open()

@@ -43,6 +43,7 @@ from agentrl.environments.tasks.os.sandbox import (
     result_of,
     wrapped_command,
 )
+from agentrl.environments.tasks.os.terminal import FdIO
 
 __all__ = ["SESSION_LABEL", "DockerSandbox"]
 
@@ -125,6 +126,27 @@ class DockerSandbox:
 
     def start_background(self, script: str) -> None:
         self._exec(background_command(script), 30.0)
+
+    def open_terminal(self) -> FdIO:
+        """``bash --login`` through an exec with a tty and stdin, as AgentBench's
+        ``create_shell`` opens it; the exec's socket is the stream."""
+        if self._closed or self._container is None:
+            raise SandboxError("docker sandbox is closed")
+        api = self._client.api
+        try:
+            created = api.exec_create(
+                self._container.id,
+                ["bash", "--login"],
+                stdin=True,
+                tty=True,
+                environment={"TERM": "xterm"},
+                workdir="/root",
+            )
+            stream = api.exec_start(created["Id"], tty=True, socket=True)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise SandboxError(f"docker sandbox: cannot open a terminal: {exc}") from exc
+        sock = getattr(stream, "_sock", stream)  # docker's SocketIO wraps the socket
+        return FdIO(sock.fileno(), sock.close)
 
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:
         """``argv`` with nothing of the agent's environment and `JUDGE_PATH`, its output

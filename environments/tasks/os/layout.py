@@ -212,7 +212,10 @@ _INIT = (
     + " ".join(f"/proc/{p} {JUDGE_ROOT}/proc/{p}" for p in _HOST_PROC)
     + "; do [ -e $p ] || continue; "
     "mount --bind $p $p && mount -o remount,bind,ro,nosuid,nodev,noexec $p || exit 1; done; "
-    + _HIDDEN.format(mode=555, name="masked", path="/proc/tty/driver")
+    + " && ".join(
+        _HIDDEN.format(mode=555, name="masked", path=f"{root}/proc/tty/driver")
+        for root in ("", JUDGE_ROOT)
+    )
     + " || exit 1; "
     + f"exec {JUDGE_FD}<{JUDGE_ROOT} || exit 1; "
     + _HIDDEN.format(mode=755, name="judge", path=JUDGE_COVER)
@@ -238,6 +241,8 @@ def bwrap_argv(info_fd: int) -> list[str]:
     argv += _judge_argv()
     argv += ["--chdir", "/root", "--clearenv", "--setenv", "PATH", PATH]
     argv += ["--setenv", "HOME", "/root"]
-    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
+    # CAP_SETPCAP: the first process's setpriv empties its bounding set (a wait without
+    # capabilities: its /proc entries read as the agent's processes' do)
+    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
     argv += ["--info-fd", str(info_fd), "bash", "-c", _INIT]
     return argv

@@ -31,11 +31,14 @@ import functools
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
 from agentrl.environments._protocol import InfraError
+
+if TYPE_CHECKING:
+    from agentrl.environments.tasks.os.terminal import TerminalIO
 
 __all__ = [
     "BACKENDS",
@@ -127,6 +130,11 @@ class Sandbox(Protocol):
 
     def start_background(self, script: str) -> None:
         """Start a bash script detached; it runs until it ends or the sandbox closes."""
+        ...
+
+    def open_terminal(self) -> TerminalIO:
+        """Start ``bash --login`` on a terminal of its own (``TERM=xterm``, working
+        directory ``/root``) and return the stream to and from that terminal."""
         ...
 
     def judge(self, argv: Sequence[str], timeout: float) -> RunResult:

@@ -1,93 +1,63 @@
 """The ``os`` task: do things on a Linux machine, or find answers on it (AgentBench OS).
 
-Each instance is one item in AgentBench's os_interaction format (read by
-`agentrl.environments.tasks.os.items`): ``description`` (the request), ``create``
-(``image``: the container image; ``init``: script(s) run before the first
-message), ``start`` (a script run in the agent's shell before the question),
-``evaluation`` with ``match`` or ``check``, and ``example`` (a reference
-solution), ``labels``.
+Each instance is one item in AgentBench's os_interaction format (`tasks.os.items`):
+``description``, ``create`` (``local``: the image; ``init``: scripts run before the
+first message), ``start`` (typed into the agent's shell before the question),
+``evaluation`` (``match`` or ``check``, and ``example``: a reference solution).
 
-A session is a fresh sandbox (`agentrl.environments.tasks.os.sandbox`: bubblewrap on
-the host or a container; nothing is shared between sessions): each ``init``
-script runs in it on its own (one that fails or runs over ``init_timeout``
-raises `ItemError`, a `SampleError`: the episode ends ``task_error`` and is not
-trained on, as AgentBench gives up such a sample with status ``unknown``), then
-``start`` runs in the agent's shell (`tasks.os.shell`: its working directory,
-variables, functions and aliases carry over to the model's commands; one still running
-after ``timeout`` raises `ItemError` too), then the
-model gets AgentBench's system prompt and question (`tasks.os.tools`). Tools
-(AgentBench's, ``configs/tasks/os.yaml``):
+A session is a fresh sandbox (`tasks.os.sandbox`: bubblewrap on the host or a
+container): each ``init`` script runs on its own (one that fails or runs over
+``init_timeout`` raises `ItemError`, a `SampleError`: the episode ends ``task_error``
+and is not trained on, as AgentBench gives up such a sample with status ``unknown``),
+then the agent's shell opens (`tasks.os.shell`: by default AgentBench's one ``bash
+--login`` on a terminal, `tasks.os.terminal`) and ``start`` runs in it (one still
+running after ``timeout``: `ItemError` too), then the model gets AgentBench's system
+prompt and question (`tasks.os.tools`). Tools (AgentBench's, ``configs/tasks/os.yaml``):
 
-- ``bash_action(script)``: runs the script in the agent's shell (starts in
-  ``/root``); the observation is ``The output of the OS:`` and the output
-  (stdout and stderr), cut to ``output_chars`` (800) with AgentBench's
-  ``[truncated because the output is too long]``, or ``The output of the OS is
-  empty.``. A command still running after ``timeout`` (30 s, AgentBench's
+- ``bash_action(script)``: runs the script in the agent's shell; the observation is
+  ``The output of the OS:`` and the output, cut to ``output_chars`` (800) with
+  AgentBench's ``[truncated because the output is too long]``, or ``The output of the
+  OS is empty.``. A command still running after ``timeout`` (30 s, AgentBench's
   ``execute_shell`` limit) ends the episode ``task_limit_reached`` with reward 0, as
-  AgentBench's ends the sample (it records ``task_error``); with ``timeout_ends:
-  false`` the command is killed with what it started, the observation says so and the
-  episode goes on. An error is an observation, not an ending.
+  AgentBench's ``TimeoutError`` ends the sample (it records ``task_error``); with
+  ``shell: fresh`` and ``timeout_ends: false`` the command is killed with what it
+  started, the observation says so and the episode goes on. After the terminal's login
+  shell itself ended (``exit``), a ``bash_action`` ends the episode
+  ``agent_invalid_action`` (AgentBench's write to the closed stream raises).
 - ``answer_action(answer)``: ends the episode with an answer.
-- ``finish_action(thought)``: ends the episode (the task was to change the
-  machine); as AgentBench reads it, its ``thought`` is the answer the judge gets
-  (``None`` when the call has no argument).
+- ``finish_action(thought)``: ends the episode; as AgentBench reads it, its
+  ``thought`` is the answer the judge gets (``None`` when the call has no argument).
 
-Judging, as AgentBench does it:
+The judge (`tasks.os.judge`) compares the answer with ``match`` or runs the ``check``
+scripts in the session's machine. Bad calls, as AgentBench's ``os_interaction/task.py``
+answers them (the episode goes on): no tool call gets the user message `NO_TOOL_CALL`;
+only the first call of a message runs; arguments that are not JSON get a tool message
+with the JSON error; an unknown tool gets `INVALID_FUNCTION`; a script or answer that
+is not a string, holds a NUL or a lone surrogate, or is over `MAX_ARG` bytes gets a
+tool message saying so. A tool reads its first argument when its own name is missing.
+``max_turns`` (8) assistant messages without an end (or the level's own limit) ->
+``task_limit_reached``, reward 0. A sandbox that breaks raises `SandboxError` (an
+InfraError: the rollout retries the episode).
 
-- ``match``: a string (compared after stripping) or ``{"answer": ..., "strip":
-  bool}`` (equal) or ``{"regex": ...}`` (found in the answer). ``finish`` gives
-  no answer, which matches nothing.
-- ``check``: a list of scripts run in turn in the session's sandbox, after the
-  model's actions, as judges (`Sandbox.judge`: the interpreter by absolute path, a
-  fixed ``PATH``, programs and libraries the agent cannot have changed). Each gets
-  as arguments the answer (``str(answer)``: the thought after ``finish_action``,
-  ``"None"`` without one) and the stdout of every script before it (AgentBench's
-  ``execute_independent`` hands over stdout, not stderr); a null
-  entry means "run the example here" (its output is typically the expected
-  answer, compared by the next script). Success when every script exits 0.
-
-The example is read from ``evaluation.example`` only (AgentBench ignores one
-at the top level of an item).
-
-Bad calls, as AgentBench's ``os_interaction/task.py`` answers them (the episode
-goes on): a message with no tool call gets the user message `NO_TOOL_CALL`;
-only the first call of a message runs; arguments that are not JSON get a tool
-message with the JSON error; an unknown tool gets `INVALID_FUNCTION`; a script
-or answer that is not a string, holds a NUL or a lone surrogate, or is over
-`MAX_ARG` bytes gets a tool message saying so. A tool reads its first argument
-when its own name is missing (as AgentBench does). The only other ending:
-``max_turns`` (8, AgentBench's ``configs/tasks/os.yaml``) assistant messages
-without an end (or the level's own limit) -> ``task_limit_reached``, reward 0.
-A sandbox that breaks raises `SandboxError` (an InfraError: the rollout retries
-the episode).
-
-Options: ``data`` (a JSON/JSONL file; default: the built-in set under
-``data/``), ``scripts`` (folder of ``{"file": ...}`` scripts), ``sandbox``
-(``bwrap`` or ``docker``; default: docker when it answers and has the image,
-else bwrap), ``image`` (default ``agentrl/os-sandbox``), ``images`` (item image
-name -> local image; AgentBench's names ``default``, ``packages``, ``ubuntu``
-unmapped run in ``image``), ``max_turns`` (8), ``timeout`` (30 s per command),
-``timeout_ends`` (true), ``init_timeout`` and ``check_timeout`` (30 s, AgentBench's
-``execute_command`` limit), ``output_chars`` (800),
-``memory_mb`` (512), ``pids`` (256), ``disk_mb`` (256), ``cpus`` (1.0; the limits:
-`agentrl.environments.tasks.os.sandbox.Limits`), ``split`` (``train``, ``test``, ``all``; the
-items by a hash of their description and checks, `tasks.toolkit.split`) and ``seed``.
-
-``levels`` (default ``[2]``, the data set only) mixes in the generated levels of
-`tasks.os.levels` (0: read one named file; 1: count the lines of a file or the files
-of a folder; 4 turns each): instance ``index`` plays ``levels[index %
-len(levels)]`` (`tasks.toolkit.levels`), and ``generated`` sets how many instances per
-generated level there are when level 2 is not among them. The sandbox, judge
-and check agents run generated items like data items. Metrics: ``env/turns``,
-``env/commands``, ``env/timeouts``, ``env/bad_calls``, ``env/level``,
-``env/success``.
+Options: ``data`` (a file, folder or glob, `tasks.os.items.data_files`; default: the
+built-in set), ``scripts``, ``sandbox`` (``bwrap`` or ``docker``; default: docker when
+it answers and has the image, else bwrap), ``image`` (``agentrl/os-sandbox``),
+``images`` (item image -> local image; AgentBench's ``default``, ``packages``,
+``ubuntu`` unmapped run in ``image``), ``shell`` (``terminal`` or ``fresh``),
+``max_turns`` (8), ``timeout`` (30 s), ``timeout_ends`` (true), ``init_timeout`` and
+``check_timeout`` (30 s, AgentBench's ``execute_command`` limit), ``output_chars``
+(800), ``memory_mb`` (512), ``pids`` (256), ``disk_mb`` (256), ``cpus`` (1.0;
+`tasks.os.sandbox.Limits`), ``split`` and ``seed`` (`tasks.toolkit.split`), ``levels``
+(default ``[2]``: the data set; 0 and 1 are generated, `tasks.os.levels`, instance
+``index`` playing ``levels[index % len(levels)]``) and ``generated`` (instances per
+generated level without level 2). Metrics: ``env/turns``, ``env/commands``,
+``env/timeouts``, ``env/bad_calls``, ``env/level``, ``env/success``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 import threading
 import uuid
 from collections.abc import Sequence
@@ -105,6 +75,7 @@ from agentrl.environments.tasks.os.items import (
     content_key,
     load_items,
 )
+from agentrl.environments.tasks.os.judge import judge
 from agentrl.environments.tasks.os.levels import GENERATED_LEVELS, LEVEL_TURNS, make_level
 from agentrl.environments.tasks.os.sandbox import (
     BACKENDS,
@@ -114,7 +85,8 @@ from agentrl.environments.tasks.os.sandbox import (
     choose_backend,
     open_sandbox,
 )
-from agentrl.environments.tasks.os.shell import agent_script
+from agentrl.environments.tasks.os.shell import SHELLS, AgentShell, FreshShell
+from agentrl.environments.tasks.os.terminal import Terminal
 from agentrl.environments.tasks.os.tools import (
     INVALID_FUNCTION,
     NO_TOOL_CALL,
@@ -151,6 +123,7 @@ class _Session:
     index: int
     item: OSItem
     sandbox: Sandbox
+    shell: AgentShell
     lock: threading.Lock = field(default_factory=threading.Lock)
     turns: int = 0
     commands: int = 0
@@ -172,6 +145,7 @@ class OSTask:
         image: str = DEFAULT_IMAGE,
         images: dict[str, str] | None = None,
         max_turns: int = 8,
+        shell: str = SHELLS[0],
         timeout: float = 30.0,
         timeout_ends: bool = True,
         init_timeout: float = 30.0,
@@ -194,6 +168,13 @@ class OSTask:
             raise ValueError("os: memory_mb >= 32, pids >= 8, disk_mb >= 8 and cpus > 0 required")
         if sandbox is not None and sandbox not in BACKENDS:
             raise ValueError(f"os: sandbox must be one of {', '.join(BACKENDS)}, got {sandbox!r}")
+        if shell not in SHELLS:
+            raise ValueError(f"os: shell must be one of {', '.join(SHELLS)}, got {shell!r}")
+        if shell == "terminal" and not timeout_ends:
+            raise ValueError(
+                "os: timeout_ends: false needs shell: fresh (a terminal's "
+                "command cannot be stopped apart from its shell)"
+            )
         self._split = check_split(split, "os")
         self._seed = seed
         self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "os")
@@ -208,6 +189,7 @@ class OSTask:
         self._max_turns = max_turns
         self._timeout = float(timeout)
         self._timeout_ends = bool(timeout_ends)
+        self._shell = shell
         self._init_timeout = float(init_timeout)
         self._check_timeout = float(check_timeout)
         self._output_chars = output_chars
@@ -247,7 +229,8 @@ class OSTask:
         return f"[{','.join(item.labels)}] {item.description[:80]!r}{where}"
 
     def last_output(self, index: int) -> str:
-        """Raw output of the latest ``bash_action`` on instance ``index`` (for scripted agents)."""
+        """Output of the latest ``bash_action`` on instance ``index``, not truncated (for
+        scripted agents)."""
         with self._lock:
             return self._last_output.get(index, "")
 
@@ -258,6 +241,7 @@ class OSTask:
             image = self._image
         label = f"os-{index}-{uuid.uuid4().hex[:8]}"
         sandbox = open_sandbox(self.backend, image=image, limits=self._limits, label=label)
+        shell: AgentShell | None = None
         try:
             for number, script in enumerate(item.init):
                 result = sandbox.exec(script.argv(), self._init_timeout)
@@ -270,11 +254,15 @@ class OSTask:
                         f"item {index}: init script {number} failed (exit {result.exit_code}): "
                         f"{result.output[-300:]}"
                     )
+            shell = self._open_shell(sandbox)
             if item.start is not None:  # in the agent's shell, as AgentBench runs it
-                started = sandbox.run(agent_script(item.start.code), self._timeout)
-                if started.timed_out:  # AgentBench: the sample ends, status unknown
-                    raise ItemError(f"item {index}: start ran over {self._timeout:g} s")
+                started = shell.run(item.start.code, self._timeout)
+                if started.timed_out or started.ended:  # AgentBench: status unknown
+                    why = "ended the shell" if started.ended else f"ran over {self._timeout:g} s"
+                    raise ItemError(f"item {index}: start {why}")
         except BaseException:
+            if shell is not None:
+                shell.close()
             sandbox.close()
             raise
         messages = [
@@ -282,7 +270,7 @@ class OSTask:
             ChatMessage(role="user", content=QUESTION.format(description=item.description)),
         ]
         limit = min(self._max_turns, LEVEL_TURNS.get(item.level, self._max_turns))
-        session = _Session(index, item, sandbox, max_turns=limit)
+        session = _Session(index, item, sandbox, shell, max_turns=limit)
         return Start(session=session, messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
@@ -321,7 +309,8 @@ class OSTask:
         if isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)
         if call.name == "finish_action" and not args:  # AgentBench: no thought, answer None
-            return self._end(session, Status.COMPLETED, "finished", success=self._judge(session))
+            success = self._judge(session, None)
+            return self._end(session, Status.COMPLETED, "finished", success=success)
         if not passable(value) or (call.name == "bash_action" and not value.strip()):
             session.bad_calls += 1
             return f"{call.name} needs its {key} as one text argument"
@@ -331,17 +320,32 @@ class OSTask:
         why = "answered" if call.name == "answer_action" else "finished"
         return self._end(session, Status.COMPLETED, why, success=success)
 
+    def _open_shell(self, sandbox: Sandbox) -> AgentShell:
+        """The session's shell (the ``shell`` option, `tasks.os.shell`)."""
+        if self._shell == "fresh":
+            return FreshShell(sandbox)
+        terminal = Terminal(sandbox.open_terminal())
+        try:
+            terminal.open()
+        except BaseException:
+            terminal.close()
+            raise
+        return terminal
+
     def _bash(self, session: _Session, script: str) -> Step | str:
+        if session.shell.ended:  # AgentBench: writing to the closed stream raises
+            return self._end(session, Status.AGENT_INVALID_ACTION, "the shell has ended")
         session.commands += 1
-        result = session.sandbox.run(agent_script(script), self._timeout)
+        result = session.shell.run(script, self._timeout)
         with self._lock:
-            self._last_output[session.index] = result.output
+            self._last_output[session.index] = result.text
         if result.timed_out:
             session.timeouts += 1
             if self._timeout_ends:  # AgentBench: execute_shell's TimeoutError ends the sample
                 return self._end(session, Status.TASK_LIMIT_REACHED, "command timeout")
         killed = self._timeout if result.timed_out else None
-        return observation(result.output, self._output_chars, killed, self._notes(result.output))
+        notes = self._notes(result.text)
+        return observation(result.text, self._output_chars, killed, notes)
 
     def _notes(self, output: str) -> list[str]:
         """A line per sandbox limit a command's output shows it hit."""
@@ -354,37 +358,8 @@ class OSTask:
             notes.append(f"a file may hold at most {self._limits.file_mb} MB")
         return notes
 
-    def _judge(self, session: _Session, answer: str | None = None) -> bool:
-        item = session.item
-        if item.match is not None:
-            if answer is None:
-                return False
-            if item.match.strip:
-                answer = answer.strip()
-            if item.match.answer is not None:
-                return answer == item.match.answer
-            return re.search(item.match.regex or "", answer) is not None
-        params = [str(answer)]
-        for number, script in enumerate(item.check):
-            if not all(passable(p) for p in params):  # e.g. an output with a NUL byte
-                return False
-            script = script if script is not None else item.example
-            assert script is not None  # load_items refuses a null check without an example
-            # by absolute path, in the judge's view: nothing the agent wrote runs here
-            result = session.sandbox.judge(script.judge_argv(*params), self._check_timeout)
-            if result.timed_out:
-                log.warning("os check script timed out", item=session.index, script=number)
-            if result.exit_code != 0:
-                log.debug(
-                    "os check script failed",
-                    item=session.index,
-                    script=number,
-                    exit_code=result.exit_code,
-                    stderr=result.errors[-300:],
-                )
-                return False
-            params.append(result.output)  # stdout only, as AgentBench passes it on
-        return True
+    def _judge(self, session: _Session, answer: str | None) -> bool:
+        return judge(session.item, session.sandbox, answer, self._check_timeout, session.index)
 
     def cancel(self, session: _Session) -> None:
         with session.lock:
@@ -393,7 +368,10 @@ class OSTask:
     def _close(self, session: _Session) -> None:
         if not session.done:
             session.done = True
-            session.sandbox.close()
+            try:
+                session.shell.close()
+            finally:
+                session.sandbox.close()
 
     def _end(
         self,
