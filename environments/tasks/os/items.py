@@ -68,10 +68,14 @@ class Script:
         return ["bash", "-c", self.code, "--", *args]
 
     def judge_argv(self, *args: str) -> list[str]:
-        """`argv` for a judge: the interpreter by absolute path, Python isolated (no
-        ``PYTHON*`` variables, user site or working directory on its path)."""
+        """`argv` for a judge: the interpreter by absolute path; Python with its home
+        fixed at ``/usr`` (a ``pyvenv.cfg`` the agent writes in ``/usr`` would move its
+        standard library) and, as ``-I`` would (which also ignores ``PYTHONHOME``), no
+        user site and no working directory on its path (Python 3.11+); the judge's
+        environment holds no other ``PYTHON*`` variable."""
         if self.language == "python":
-            return ["/usr/bin/python3", "-I", "-c", self.code, *args]
+            python = ["PYTHONHOME=/usr", "PYTHONNOUSERSITE=1", "PYTHONSAFEPATH=1"]
+            return ["/usr/bin/env", *python, "/usr/bin/python3", "-c", self.code, *args]
         return ["/usr/bin/bash", "-c", self.code, "--", *args]
 
     def as_bash(self) -> str:
