@@ -98,6 +98,10 @@ def test_a_judge_over_its_time_limit_is_stopped(opener):
     suite.judge_is_stopped_at_its_limit(opener)
 
 
+def test_find_walks_the_machine_quietly(opener):
+    suite.find_walks_the_machine_quietly(opener)
+
+
 def test_the_terminal_is_one_login_shell_in_a_container(tmp_path):
     """AgentBench's shell: ``bash --login`` through an exec with a tty; root's
     ``~/.bashrc`` (the image's, from /etc/skel) gives the prompt it is read up to."""

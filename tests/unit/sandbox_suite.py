@@ -130,3 +130,13 @@ def judge_is_stopped_at_its_limit(opener: Opener) -> None:
     seen = box.judge(["/usr/bin/bash", "-c", "sleep 30 & sleep 30"], 1)
     assert seen.timed_out and time.monotonic() - began < 10, seen
     assert "sleep 30" not in box.run("ps -eo args", 10).output
+
+
+def find_walks_the_machine_quietly(opener: Opener) -> None:
+    """`find /` reads everything as AgentBench's root does in its container: no error, exit
+    0, for the agent and for a judge (an item's example `find / -name X` is judged)."""
+    box = opener()
+    seen = box.run("find / -name agentrl-nothing", 60)
+    assert (seen.exit_code, seen.output) == (0, ""), seen
+    judged = box.judge(["/usr/bin/bash", "-c", "find / -name agentrl-nothing"], 60)
+    assert (judged.exit_code, judged.output, judged.errors) == (0, "", ""), judged

@@ -87,6 +87,10 @@ def test_a_judge_over_its_time_limit_is_stopped(opener):
     suite.judge_is_stopped_at_its_limit(opener)
 
 
+def test_find_walks_the_machine_quietly(opener):
+    suite.find_walks_the_machine_quietly(opener)
+
+
 def test_output_is_capped(opener):
     suite.output_is_capped(opener)
 

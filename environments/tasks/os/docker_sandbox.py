@@ -8,7 +8,8 @@ memory limit (swap included), a process limit, a CPU quota (``cpus``), a disk qu
 e.g. overlay over xfs with pquota; otherwise a warning is logged and writes are bounded
 per file only), the working directory ``/root``, and the labels
 ``agentrl.sandbox=os`` and ``agentrl.session=<label>``. On podman the container has
-its own user namespace (``auto``: root inside is an unprivileged id outside);
+its own user namespace (``auto``: root inside is an unprivileged id outside) and an
+empty ``/proc/tty/driver``;
 ``/proc/sys`` is read-only in a container by default.
 
 A judge (`judge`) runs its interpreter by absolute path with a clean environment and
@@ -100,6 +101,9 @@ class DockerSandbox:
         )
         if _is_podman(self._client):  # root inside is an unprivileged id outside
             host_config["UsernsMode"] = f"auto:size={_USERNS_SIZE}"
+            # whose /proc/tty/driver (the host root's) it cannot read: a `find /` would
+            # exit 1 where AgentBench's root reads it; masked empty, as Docker masks others
+            host_config["SecurityOpt"] = ["mask=/proc/tty/driver"]
         created = self._client.api.create_container(
             image,
             command=_WAIT,
