@@ -12,6 +12,10 @@ Agents:
 - ``random`` answers with something plausible but uninformed (a value picked
   from the table, no change made, a random number): a task whose random agent
   succeeds often is too easy or mis-judged.
+- ``teacher`` is what the model is shown: SFT data (`agentrl sft`, the warm start) and
+  the ``demo`` option play it. A task offers one where its oracle acts in a way no model
+  should learn (the os oracle wraps each command in output marks and byte escapes to read
+  the exact stdout); elsewhere the teacher is the oracle (`teacher_of`).
 
 A task module outside this file offers its agents as a module-level
 ``CHECK_AGENTS = {"oracle": fn, "random": fn}`` (each ``fn(env, index, rng)``
@@ -45,9 +49,10 @@ __all__ = [
     "scripted_agents",
     "scripts_for",
     "step_text",
+    "teacher_of",
 ]
 
-AGENTS = ("oracle", "random")
+AGENTS = ("oracle", "teacher", "random")
 
 AgentStep = ToolCall | list[ToolCall] | str
 """One assistant turn of a scripted agent: a call, several calls at once, or a text."""
@@ -113,7 +118,7 @@ def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckRep
         except (ItemError, EnvError) as exc:
             report.failures.append(f"instance {index}: cannot start: {exc}")
             continue
-        calls = scripts[agent](env, index, rng)
+        calls = (teacher_of(scripts) if agent == "teacher" else scripts[agent])(env, index, rng)
         status, reward, transcript = Status.RUNNING, 0.0, []
         for n, call in enumerate(calls):
             step = env.interact(start.session, agent_message(call))
@@ -146,6 +151,12 @@ def scripts_for(task: str, env: Environment) -> dict[str, Callable[..., Actions]
     if scripts is None:
         raise ValueError(f"no scripted agents for task {task!r}")
     return scripts
+
+
+def teacher_of(scripts: dict[str, Callable[..., Actions]]) -> Callable[..., Actions] | None:
+    """The agent whose episodes the model is shown: ``teacher`` where the task has one,
+    else its ``oracle`` (None with neither)."""
+    return scripts.get("teacher") or scripts.get("oracle")
 
 
 def scripted_agents(task: str, env: Environment) -> dict[str, Callable[..., Actions]]:

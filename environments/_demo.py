@@ -49,19 +49,19 @@ class DemoPrompt:
     """`Environment` wrapper that puts an oracle demo in front of each episode (module doc)."""
 
     def __init__(self, env: Environment, task: str, steps: int = 2) -> None:
-        from agentrl.environments._check import scripts_for
+        from agentrl.environments._check import scripts_for, teacher_of
 
         if getattr(env, "instance_tools", False):
             raise ValueError(
                 f"task {task!r} gives each instance its own tools; a demo from another "
                 "instance would show calls to tools this one does not have"
             )
-        agents = scripts_for(task, env)
-        if "oracle" not in agents:
+        teacher = teacher_of(scripts_for(task, env))
+        if teacher is None:
             raise ValueError(f"task {task!r} has no oracle agent to make a demo with")
         if steps < 1:
             raise ValueError("demo steps must be >= 1")
-        self._env, self._oracle, self._steps = env, agents["oracle"], steps
+        self._env, self._oracle, self._steps = env, teacher, steps
         self._demos: dict[int, list[ChatMessage]] = {}
         self._lock = threading.Lock()
 

@@ -40,7 +40,7 @@ from agentrl.environments import (
     TaskOptionsError,
     make_task,
 )
-from agentrl.environments._check import AgentStep, scripts_for, step_text
+from agentrl.environments._check import AgentStep, scripts_for, step_text, teacher_of
 from agentrl.messages import EpisodeRequest, GenerateResult, Trajectory
 
 __all__ = [
@@ -89,7 +89,7 @@ def make_train_task(name: str, options: Mapping[str, Any]) -> tuple[Environment,
 def oracle_for(factory: str, env: Environment) -> Oracle:
     """The oracle agent of the registered task ``factory`` (SFTDataError if it has none)."""
     try:
-        oracle = scripts_for(factory, env).get("oracle")
+        oracle = teacher_of(scripts_for(factory, env))
     except ValueError as exc:
         raise SFTDataError(f"task {factory!r} has no oracle agent: {exc}") from exc
     if oracle is None:

@@ -24,7 +24,7 @@ import threading
 import yaml
 
 from agentrl.environments import make_task
-from agentrl.environments._check import AGENTS, check, scripted_agents
+from agentrl.environments._check import AGENTS, check, scripted_agents, teacher_of
 from agentrl.environments._conformance import conformance
 from agentrl.environments._protocol import EnvError
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
             contract = conformance(args.task, options, env=env, seed=args.seed)
             print(contract.format())
         scripts = scripted_agents(args.task, env)
-        if args.agent in scripts:
+        if args.agent in scripts or (args.agent == "teacher" and teacher_of(scripts)):
             print(check(args.task, env, args.agent, seed=args.seed).format())
         elif contract is None:
             print(

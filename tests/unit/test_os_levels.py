@@ -73,8 +73,31 @@ def test_oracle_solves_every_generated_level_and_random_never(level):
     env = make_task("os", levels=[level], generated=16, sandbox="bwrap")
     assert check("os", env, "oracle").success_rate == 1.0
     assert check("os", env, "random").success_rate == 0.0
+    assert check("os", env, "teacher").success_rate == 1.0
     demo = make_task("os", levels=[level], generated=6, sandbox="bwrap", demo=True)
     assert check("os", demo, "oracle").success_rate == 1.0
+
+
+@needs_bwrap
+def test_what_the_model_is_shown_is_the_example_as_written(smollm_tokenizer):
+    """SFT data and demos play the teacher: the item's own command, none of the oracle's
+    output marks or byte escapes (which a warm start would otherwise teach)."""
+    from agentrl.actors import EpisodeLimits
+    from agentrl.environments import ChatFormat
+    from agentrl.ops._sft_data import oracle_trajectory
+
+    env = make_task("os", levels=[0, 1], generated=8, sandbox="bwrap")
+    limits = EpisodeLimits(max_turns=8, max_tokens=2048, max_new_tokens=96)
+    fmt = ChatFormat(smollm_tokenizer)
+    for index in (0, 1):
+        traj = oracle_trajectory("os", env, index, fmt, smollm_tokenizer, limits)
+        mask = zip(traj.token_ids, traj.loss_mask, strict=True)
+        said = smollm_tokenizer.decode([t for t, m in mask if m])
+        assert env.item(index).example.code in said
+        assert "AGENTRL" not in said and "\\x" not in said and "eval" not in said
+    demo = make_task("os", levels=[0], generated=4, sandbox="bwrap", demo=True)
+    shown = " ".join(m.content for m in demo.start(0).messages)
+    assert "AGENTRL" not in shown and "\\x" not in shown
 
 
 @needs_bwrap

@@ -1,7 +1,9 @@
 """Scripted agents of the ``os`` task for ``agentrl-env check`` (`tasks.os.task.CHECK_AGENTS`).
 
 ``oracle`` runs the item's example and answers with what it printed (or finishes);
-``random`` lists the directory and answers ``0`` (or finishes).
+``teacher`` does the same as a person would type it, for SFT and demos (the oracle's
+marks and byte escapes, there to read the exact stdout, are nothing a model should
+learn); ``random`` lists the directory and answers ``0`` (or finishes).
 """
 
 from __future__ import annotations
@@ -90,6 +92,24 @@ def _oracle(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
         yield _call("answer_action", answer=item.match.answer if item.match else "")
 
 
+def _teacher(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
+    """The example typed into the shell as it is written, then an answer with what the
+    shell showed (stripped, ``\r\n`` read as a line end), a finish, or a match item's
+    expected string, as `_oracle` decides. Where the shell's output is not the answer (a
+    warning on stderr, a script of several lines a terminal takes one at a time) the
+    episode fails and SFT skips it (``failed``)."""
+    item = env.item(index)
+    if item.example is not None:
+        yield _call("bash_action", script=item.example.as_bash())
+    if not item.reads_answer:
+        yield _call("finish_action")
+    elif item.example is not None:
+        answer = env.last_output(index).replace("\r\n", "\n").strip()
+        yield _call("answer_action", answer=answer)
+    else:
+        yield _call("answer_action", answer=item.match.answer if item.match else "")
+
+
 def _random(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
     yield _call("bash_action", script="ls")
     if env.item(index).wants_answer:
@@ -98,4 +118,4 @@ def _random(env: Any, index: int, rng: random.Random) -> Iterator[ToolCall]:
         yield _call("finish_action")
 
 
-CHECK_AGENTS = {"oracle": _oracle, "random": _random}
+CHECK_AGENTS = {"oracle": _oracle, "teacher": _teacher, "random": _random}
