@@ -171,6 +171,19 @@ def test_a_config_naming_the_task_parses_and_refuses_an_unknown_option(tmp_path)
         parse_config(raw)
 
 
+def test_the_example_config_mixing_reasoning_gym_with_a_built_in_task_parses():
+    from pathlib import Path
+
+    import yaml
+
+    from agentrl.ops import parse_config
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "reasoning_gym" / "config.yaml"
+    cfg = parse_config(yaml.safe_load(path.read_text()))
+    assert set(cfg.tasks) == {"reasoning_gym:letter_counting", "calculator"}
+    assert cfg.tasks["reasoning_gym:letter_counting"].options["mode"] == "tool"
+
+
 @pytest.mark.slow
 def test_reasoning_gym_trains_one_step_in_the_whole_loop(tmp_path):
     from agentrl.ops import Supervisor, parse_config
