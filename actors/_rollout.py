@@ -82,6 +82,7 @@ class RolloutActor(pykka.ThreadingActor):
         remote_tasks: Sequence[str] = (),
         env_timeout: float = 120.0,
         on_episode: Callable[[Trajectory], None] | None = None,
+        on_running: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="rollout", actor=rollout_id)
@@ -93,6 +94,9 @@ class RolloutActor(pykka.ThreadingActor):
         self._env_timeout = env_timeout
         self._episode_done = on_episode
         """Called with each trajectory once the broker has it (the progress line's tally)."""
+        self._on_running = on_running
+        """Called with +1 when a worker takes an episode request, -1 when it is done with it
+        (published, re-issued or left to the broker): the progress line's in flight."""
         self._fmt = chat_format
         self._pools = [p for p, w in pool_weights.items() if w > 0]
         self._weights = [pool_weights[p] for p in self._pools]
@@ -182,6 +186,8 @@ class RolloutActor(pykka.ThreadingActor):
 
     def _guarded(self, delivery: Delivery) -> None:
         self._slots(+1)
+        if self._on_running is not None:
+            self._on_running(+1)
         try:
             self._handle(delivery)
         except TransportError as exc:
@@ -198,6 +204,8 @@ class RolloutActor(pykka.ThreadingActor):
             raise
         finally:
             self._slots(-1)
+            if self._on_running is not None:
+                self._on_running(-1)
 
     def _slots(self, change: int) -> None:
         """Integrate busy episode slots over time (for the idle ratio)."""

@@ -1,10 +1,15 @@
 """The live progress line: version, episodes/s, reward per task, queue depths.
 
+Every line says what this node's episodes are doing (`EpisodeTally`): how many are in
+flight (played by its rollouts, or open on its endpoint) and how many finished since the
+last update (the checkpoints fanout marks each version), so the minutes an update takes
+are not a repeated line. Served episodes (the ``serve`` role) are counted like the
+rollouts' own.
+
 Before the learner's first update there are no batch metrics yet; the line then shows
-what this node's rollouts have finished so far (`EpisodeTally`): episodes (beside the
-episodes per update; the rollouts run ahead while the first update trains, so the count
-may pass it), and per task reward and success, so the first minutes are not a row of
-queue depths.
+what this node has finished so far: episodes (beside the episodes per update; the
+rollouts run ahead while the first update trains, so the count may pass it), and per
+task reward and success, so the first minutes are not a row of queue depths.
 """
 
 from __future__ import annotations
@@ -12,11 +17,19 @@ from __future__ import annotations
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 import structlog
 
-from agentrl.actors import is_success
-from agentrl.messages import Topology, Trajectory, Transport, TransportError
+from agentrl.actors import decode_or_dead_letter, is_success, subscribe
+from agentrl.messages import (
+    CheckpointReady,
+    Delivery,
+    Topology,
+    Trajectory,
+    Transport,
+    TransportError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -24,17 +37,50 @@ __all__ = ["EpisodeTally", "Progress", "format_progress", "format_summary"]
 
 
 class EpisodeTally:
-    """Episodes this node's rollouts finished since the run (re)started: per task the count,
-    the reward sum and the successes; untrained ones (infra or sample errors) apart.
-    `add` is called from rollout threads."""
+    """Episodes this node finished since the run (re)started: per task the count, the reward
+    sum and the successes; untrained ones (infra or sample errors) apart. Beside them the
+    episodes in flight and those finished since the last update (`mark`). `add` and
+    `running` are called from rollout and endpoint threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
         self._untrained = 0
+        self._running = 0
+        self._open: list[Callable[[], int]] = []
+        self._since = 0
+        self.version: int | None = None
+        """The newest version announced since the start (`mark`); None before any."""
+
+    def running(self, change: int) -> None:
+        """An episode began (+1) or left this node's hands (-1): a rollout's ``on_running``."""
+        with self._lock:
+            self._running += change
+
+    def count_open(self, source: Callable[[], int]) -> None:
+        """Add ``source()`` (e.g. the endpoint's open episodes) to the episodes in flight."""
+        self._open.append(source)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            running = self._running
+        return running + sum(source() for source in self._open)
+
+    def mark(self, version: int) -> None:
+        """Version ``version`` was announced: the count since the last update restarts."""
+        with self._lock:
+            if self.version is None or version > self.version:
+                self.version = version
+                self._since = 0
+
+    def finished_since_update(self) -> int:
+        """Episodes finished (trained or not) since the last `mark` (or since the start)."""
+        with self._lock:
+            return self._since
 
     def add(self, t: Trajectory) -> None:
         with self._lock:
+            self._since += 1
             if "infra_failure" in t.metrics or "sample_error" in t.metrics:
                 self._untrained += 1
                 return
@@ -59,16 +105,24 @@ def format_progress(
     *,
     start_version: int = 0,
     batch_episodes: int = 0,
+    flight: tuple[int, int] | None = None,
+    announced: int | None = None,
 ) -> str:
-    """One line, e.g. `v3 | 0.52 ep/s | calculator r=+0.41 s=0.50 | idle 12% | q episodes=4`;
-    before the first update (no ``version`` in ``metrics``), e.g. `v8 | before the first
-    update: 5 episodes (16 per update) | db 3 r=+0.33 s=0.33 | ...` from ``tally`` (see the
-    module doc)."""
-    if "version" not in metrics and tally is not None:
+    """One line, e.g. `v3 | 0.52 ep/s | calculator r=+0.41 s=0.50 | idle 12% | 4 in flight,
+    6 finished since v3 | q episodes=4`; before the first update (no ``version`` in
+    ``metrics``, none ``announced`` past ``start_version``), e.g. `v8 | before the first
+    update: 5 episodes (16 per update), 4 in flight | db 3 r=+0.33 s=0.33 | ...` from
+    ``tally`` (see the module doc). ``flight``: (episodes in flight, finished since the last
+    update); ``announced``: the newest version the checkpoints fanout announced."""
+    newest = max(start_version, announced if announced is not None else start_version)
+    in_flight, since = flight if flight is not None else (None, None)
+    if "version" not in metrics and tally is not None and newest == start_version:
         done = sum(n for task, (n, _, _) in tally.items() if task != "untrained")
         # the rollouts run ahead while the first update trains: done may exceed the batch
-        parts = [f"v{start_version}", f"before the first update: {done} episodes "
-                 f"({batch_episodes} per update)"]  # fmt: skip
+        head = f"before the first update: {done} episodes ({batch_episodes} per update)"
+        if in_flight is not None:
+            head += f", {in_flight} in flight"
+        parts = [f"v{start_version}", head]
         for task, (n, reward, success) in tally.items():
             if task == "untrained":
                 parts.append(f"untrained {n}")
@@ -77,7 +131,8 @@ def format_progress(
         if depths:
             parts.append("q " + " ".join(f"{k}={v}" for k, v in depths.items()))
         return " | ".join(parts)
-    parts = [f"v{int(metrics.get('version', start_version))}"]
+    version = int(metrics.get("version", newest))
+    parts = [f"v{version}"]
     if "rollout/episodes_per_s" in metrics:
         parts.append(f"{metrics['rollout/episodes_per_s']:.2f} ep/s")
     tasks = sorted(
@@ -91,6 +146,8 @@ def format_progress(
         parts.append(f"step {metrics['learner/step_time']:.1f}s")
     if "learner/idle_ratio" in metrics:
         parts.append(f"idle {100 * metrics['learner/idle_ratio']:.0f}%")
+    if flight is not None:
+        parts.append(f"{in_flight} in flight, {since} finished since v{max(version, newest)}")
     if depths:
         parts.append("q " + " ".join(f"{k}={v}" for k, v in depths.items()))
     return " | ".join(parts)
@@ -119,7 +176,9 @@ def format_summary(
 
 
 class Progress:
-    """Reads queue depths over its own connection and prints the progress line."""
+    """Reads queue depths over its own connection and prints the progress line; follows the
+    checkpoints fanout for the tally's count since the last update (the run's topology must
+    be declared on ``transport``)."""
 
     def __init__(
         self,
@@ -141,6 +200,7 @@ class Progress:
             "trajectories": topology.trajectories,
             **{f"gen.{p}": topology.generate_queue(p) for p in pools},
         }
+        subscribe(transport, topology.checkpoints, self._on_checkpoint)
 
     def depths(self) -> dict[str, int]:
         out = {}
@@ -151,15 +211,28 @@ class Progress:
                 log.warning("queue depth unavailable", queue=queue, error=str(exc))
         return out
 
-    def print_line(self, metrics: dict[str, float]) -> None:
-        line = format_progress(
+    def _on_checkpoint(self, delivery: Delivery) -> None:
+        """A version was announced (I/O thread): the tally's count since the update restarts."""
+        msg = decode_or_dead_letter(delivery, CheckpointReady)
+        if msg is None:
+            return
+        delivery.ack()
+        self.tally.mark(msg.payload.version)
+
+    def line(self, metrics: dict[str, float]) -> str:
+        tally = self.tally
+        return format_progress(
             metrics,
             self.depths(),
-            self.tally.snapshot(),
+            tally.snapshot(),
             start_version=self._start_version,
             batch_episodes=self._batch_episodes,
+            flight=(tally.in_flight(), tally.finished_since_update()),
+            announced=tally.version,
         )
-        print(line, file=sys.stderr, flush=True)
+
+    def print_line(self, metrics: dict[str, float]) -> None:
+        print(self.line(metrics), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self._transport.close()

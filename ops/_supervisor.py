@@ -346,6 +346,7 @@ class Supervisor:
                     concurrency=r.concurrency,
                     rollout_id=f"rollout-{self.node}-{i}",
                     on_episode=tally.add,
+                    on_running=tally.running,
                     node=self.node,
                     seed=cfg.seed + i,
                 )
@@ -370,7 +371,10 @@ class Supervisor:
             from .serve import KEY_FILE, ServeServer, ServeService, resolve_api_key
 
             key, source = resolve_api_key(cfg.serve.api_key, cfg.run_dir)
-            service = ServeService(cfg, tokenizer, version=version, node=self.node)
+            service = ServeService(
+                cfg, tokenizer, version=version, node=self.node, on_episode=tally.add
+            )
+            tally.count_open(service.book.open_count)  # served episodes are in flight too
             self.server = ServeServer(
                 service,
                 cfg.serve.host,
@@ -624,6 +628,7 @@ class Supervisor:
             if tally:  # this node ran episodes: say what they did
                 with self._metrics_lock:
                     last = int(self.last_metrics.get("version", self._start_version))
+                last = max(last, progress.tally.version or 0)  # announced, on any node
                 summary = format_summary(self.cfg.run, tally, self._start_version, last)
                 print(summary, file=sys.stderr, flush=True)
             progress.close()

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -59,8 +59,19 @@ class Completion:
 class ServeService:
     """Completions and served episodes of one run (see the module doc)."""
 
-    def __init__(self, cfg: RunConfig, tokenizer, *, version: int, node: str) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        tokenizer,
+        *,
+        version: int,
+        node: str,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> None:
+        """``on_episode``: called with each finished served episode's trajectory once the
+        broker has it (the progress line's tally)."""
         self.cfg = cfg
+        self._on_episode = on_episode
         self.model = cfg.model
         self._tok = tokenizer
         self.fmt = ChatFormat(tokenizer)
@@ -115,6 +126,8 @@ class ServeService:
     def _publish(self, traj: Trajectory) -> None:
         body = encode(traj, run=self.cfg.run)
         self.transport.publish("", self._names.trajectories, body).result()
+        if self._on_episode is not None:
+            self._on_episode(traj)
         log.info("served episode ended", episode=traj.episode_id, task=traj.task,
                  status=traj.status, reward=traj.reward, turns=traj.num_turns)  # fmt: skip
 

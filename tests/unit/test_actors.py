@@ -135,7 +135,9 @@ def test_controller_answers_checkpoint_queries_and_dead_letters_garbage(broker, 
 # --- rollout + sampler --------------------------------------------------------------------
 
 
-def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3, on_episode=None):
+def start_rollout_pair(
+    broker, spec, tokenizer, mode, *, version=3, on_episode=None, on_running=None
+):
     fmt = ChatFormat(tokenizer)
     engine = ScriptedEngine(
         calculator_script(tokenizer, fmt.end_of_turn_ids[-1], mode), version=version
@@ -159,6 +161,7 @@ def start_rollout_pair(broker, spec, tokenizer, mode, *, version=3, on_episode=N
         concurrency=4,
         rollout_id="r0",
         on_episode=on_episode,
+        on_running=on_running,
     )
     return fmt, engine
 
@@ -235,6 +238,31 @@ def test_rollout_hands_each_published_trajectory_to_on_episode(
     published = collect_trajectories(client, Topology(spec.run), 3)
     assert all_seen.wait(10)
     assert sorted(t.episode_id for t in seen) == sorted(t.episode_id for t in published)
+
+
+def test_rollout_reports_each_episode_in_flight_until_its_trajectory_is_published(
+    broker, spec, client, smollm_tokenizer
+):
+    changes: list[int] = []
+    lock = threading.Lock()
+    in_flight_at_finish: list[int] = []
+
+    def on_running(change: int) -> None:
+        with lock:
+            changes.append(change)
+
+    def on_episode(t: Trajectory) -> None:  # the episode is still in flight here
+        with lock:
+            in_flight_at_finish.append(sum(changes))
+
+    start_rollout_pair(
+        broker, spec, smollm_tokenizer, "oracle", on_episode=on_episode, on_running=on_running
+    )
+    publish_episodes(client, spec, 3)
+    collect_trajectories(client, Topology(spec.run), 3)
+    wait_for(lambda: len(changes) == 6, what="3 episodes in and out of flight")
+    assert sorted(changes) == [-1, -1, -1, 1, 1, 1] and sum(changes) == 0
+    assert len(in_flight_at_finish) == 3 and min(in_flight_at_finish) >= 1
 
 
 def test_cross_policy_turns_record_the_pool_and_version_that_sampled_them(
