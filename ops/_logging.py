@@ -6,11 +6,17 @@ their loggers (and ``episode``, ``task``, ``version`` where known); with a
 ``log_dir`` every JSON line goes to ``<log_dir>/<role>.jsonl`` (lines without a
 role, e.g. the supervisor's own, to ``supervisor.jsonl``), so one process that
 runs several roles still writes one file per role. ``context`` (run, node) is
-bound to every line.
+bound to every line. A line logged with ``console=False`` goes to the file only.
+
+Progress bars: transformers' tqdm bars (loading weights, writing checkpoint shards) draw
+nothing on the console, where they would cut the log lines in half; each leaves one
+``progress bar`` line in the log file when it ends (`LoggedBar`). The model conversion's
+own progress is said in log lines (`agentrl.trainer`'s ``converting the model``).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -18,8 +24,55 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import tqdm.std
 
-__all__ = ["configure_logging"]
+__all__ = ["LoggedBar", "configure_logging"]
+
+log = structlog.get_logger(__name__)
+
+
+class _Nowhere(io.TextIOBase):
+    """Where a bar that draws nothing draws."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+class LoggedBar(tqdm.std.tqdm):
+    """A tqdm bar that draws nothing: at its end, its final count is one line of the log
+    file (``progress bar``: desc, n, total, seconds), not on the console."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["file"] = _Nowhere()
+        super().__init__(*args, **kwargs)
+
+    def close(self) -> None:
+        if not self.disable:  # a closed bar is disabled: one line per bar
+            log.info(
+                "progress bar",
+                desc=self.desc,
+                n=self.n,
+                total=self.total,
+                seconds=round(self.format_dict["elapsed"], 3),
+                console=False,
+            )
+        super().close()
+
+
+def _bars_to_log() -> None:
+    """transformers' bars become `LoggedBar`s (unless its bars are switched off)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # no transformers here: no bars of its to route
+        return
+
+    def hook(factory, args, kwargs):
+        if not hf_logging.is_progress_bar_enabled():
+            return factory(*args, **kwargs)
+        return LoggedBar(*args, **kwargs)
+
+    hf_logging.set_tqdm_hook(hook)
+
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
@@ -38,12 +91,13 @@ class _Tee:
 
     def __call__(self, logger: Any, name: str, event: dict[str, Any]) -> str:
         level = _LEVELS.get(event.get("level", "info"), 20)
+        console = event.pop("console", True)
         with self._lock:
             if self._dir is not None:
                 self._file(str(event.get("role") or "supervisor")).write(
                     json.dumps(event, default=str) + "\n"
                 )
-            if level >= self._level:
+            if console and level >= self._level:
                 sys.stderr.write(self._console(logger, name, dict(event)) + "\n")
         raise structlog.DropEvent
 
@@ -56,10 +110,12 @@ class _Tee:
 
 
 def configure_logging(level: str = "info", log_dir: Path | None = None, **context: str) -> None:
-    """Configure structlog once per process: console at ``level``, JSON per role in ``log_dir``.
+    """Configure structlog once per process: console at ``level``, JSON per role in ``log_dir``;
+    transformers' progress bars to the log file only (module doc).
 
     ``context`` (e.g. run, node) is bound to every line.
     """
+    _bars_to_log()
     tee = _Tee(log_dir, _LEVELS.get(level, 20))
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()

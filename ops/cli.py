@@ -269,6 +269,7 @@ def _start(args: argparse.Namespace, argv: list[str]) -> int:
             f"agentrl-supervisor: unknown roles {bad}; known: {', '.join(ROLES)}", file=sys.stderr
         )
         return 2
+    configure_logging(args.log_level)  # the console only: a first start converts the model
     try:
         check_models(cfg)  # before anything is written (a corrected config then starts)
     except ModelError as exc:

@@ -17,18 +17,26 @@ The cache directory defaults to ``$AGENTRL_CACHE`` (used as the models directory
 itself) or ``~/.cache/agentrl/models``. Conversions write to a temporary directory
 and rename it into place under a file lock, so concurrent processes neither clash
 nor see half-written models.
+
+A conversion says what it does as it goes (log lines ``converting the model``: the
+tokenizer, the tensors dequantised in steps of 10%, the save), where transformers' own
+bar would draw on the console (`_TensorProgress`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
+import tqdm.std
 from filelock import FileLock
 
 from ._lora import adapter_base, is_adapter, merge_adapter, read_weights
@@ -76,9 +84,10 @@ def resolve_model(spec: str, cache_dir: str | Path | None = None) -> Path:
     """Return a model directory (or hub name, as a Path) for ``spec``; convert once if needed."""
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if spec == "smollm2":
-        return _build_once(cache / SMOLLM2_DIR, _write_smollm2)
+        what = "converting the model: SmolLM2's GGUF to float32 safetensors"
+        return _build_once(cache / SMOLLM2_DIR, _write_smollm2, what)
     if spec == "tiny":
-        return _build_once(cache / TINY_DIR, _write_tiny)
+        return _build_once(cache / TINY_DIR, _write_tiny, "building the tiny random model")
     path = Path(spec).expanduser()
     if path.is_dir():
         return path
@@ -142,8 +151,9 @@ def smollm2_gguf() -> Path:
 # --- building --------------------------------------------------------------------------
 
 
-def _build_once(target: Path, write) -> Path:
-    """Run ``write(tmp_dir)`` and rename the result to ``target``, unless it exists."""
+def _build_once(target: Path, write, what: str = "building the model") -> Path:
+    """Run ``write(tmp_dir)`` and rename the result to ``target``, unless it exists;
+    ``what`` it does, in words (the first line of a build)."""
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +162,7 @@ def _build_once(target: Path, write) -> Path:
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            log.info("building model", target=str(target))
+            log.info(f"{what} (once: later starts reuse it)", target=str(target))
             write(tmp)
             tmp.chmod(0o755)  # mkdtemp makes it private
             if target.exists():  # a leftover without config.json: not a finished build
@@ -189,17 +199,20 @@ def _write_smollm2(out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, GgufConfig
 
+    log.info("converting the model: the tokenizer", gguf=gguf.name)
     tokenizer = _smollm2_tokenizer()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent),
-            gguf_file=gguf.name,
-            dtype=torch.float32,
-            # Dense float32 modules even when a GGUF matmul kernel is installed.
-            quantization_config=GgufConfig(dequantize=True),
-        )
+        with _tensor_progress():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent),
+                gguf_file=gguf.name,
+                dtype=torch.float32,
+                # Dense float32 modules even when a GGUF matmul kernel is installed.
+                quantization_config=GgufConfig(dequantize=True),
+            )
     except (ImportError, ValueError, OSError) as exc:
         raise ModelError(f"could not convert {gguf}: {exc}") from exc
+    log.info("converting the model: saving")
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:
         quantizer.remove_quantization_config(model)
@@ -209,6 +222,53 @@ def _write_smollm2(out: Path) -> None:
     model.config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
+
+
+class _Nowhere(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+class _TensorProgress(tqdm.std.tqdm):
+    """transformers' GGUF tensor bar as log lines: ``converting the model`` at each tenth
+    of the tensors (tqdm refreshes the display at most every 0.1 s, and at the end)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._tenths = 0  # before tqdm's first display
+        kwargs["file"] = _Nowhere()
+        super().__init__(*args, **kwargs)
+
+    def display(self, msg=None, pos=None) -> bool:
+        tenths = int(10 * self.n / self.total) if self.total else 0
+        if tenths > self._tenths:
+            self._tenths = tenths
+            log.info(
+                "converting the model",
+                tensors=f"{self.n}/{self.total}",
+                done=f"{10 * tenths}%",
+                seconds=round(self.format_dict["elapsed"], 1),
+            )
+        return True
+
+
+@contextmanager
+def _tensor_progress() -> Iterator[None]:
+    """While converting a GGUF: transformers' tensor bar (``tqdm`` of its GGUF module, which
+    does not go through transformers' own bar hook) becomes `_TensorProgress`."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_module
+    except ImportError:  # no GGUF support in this transformers: from_pretrained says so
+        yield
+        return
+    original = getattr(gguf_module, "tqdm", None)
+    if original is None:  # moved in a later transformers: its bar is drawn as it is
+        yield
+        return
+    gguf_module.tqdm = _TensorProgress
+    try:
+        yield
+    finally:
+        gguf_module.tqdm = original
 
 
 def tiny_model(vocab_size: int, *, bos_id: int, eos_id: int, pad_id: int):

@@ -15,6 +15,9 @@ def restore_structlog():
     yield
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_tqdm_hook(None)
 
 
 def _lines(path):
@@ -38,3 +41,26 @@ def test_each_role_gets_its_own_file_with_run_and_node(tmp_path, capsys, restore
     err = capsys.readouterr().err
     assert "loaded" in err and "supervisor line" in err and "infra failure" in err
     assert "too detailed" not in err
+
+
+def test_transformers_bars_stay_off_the_console_and_end_as_one_line_in_the_log(
+    tmp_path, capfd, restore_structlog
+):
+    from transformers.utils import logging as hf_logging
+
+    configure_logging("info", tmp_path, run="r1", node="n1")
+    for _ in hf_logging.tqdm(range(20), desc="Loading weights"):  # as from_pretrained's
+        pass
+    with hf_logging.tqdm(total=2, desc="Writing model shards") as bar:
+        bar.update(2)
+    structlog.get_logger("test").info("file only", console=False)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err and "it/s" not in err
+    assert "file only" not in err
+    bars = [e for e in _lines(tmp_path / "supervisor.jsonl") if e["event"] == "progress bar"]
+    assert [(e["desc"], e["n"], e["total"]) for e in bars] == [
+        ("Loading weights", 20, 20),
+        ("Writing model shards", 2, 2),
+    ]
+    assert all("console" not in e for e in _lines(tmp_path / "supervisor.jsonl"))
+    assert "file only" in [e["event"] for e in _lines(tmp_path / "supervisor.jsonl")]

@@ -203,3 +203,40 @@ def test_smollm2_conversion(tmp_path):
     with torch.inference_mode():
         out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert "4" in tok.decode(out[0, len(ids) :])
+
+
+@needs_smollm2
+def test_the_conversion_says_its_progress_in_log_lines_and_draws_no_bar(
+    tmp_path, monkeypatch, capfd
+):
+    """The GGUF's tensor loop (transformers' own tqdm bar, here driven by a stand-in for
+    from_pretrained) becomes ``converting the model`` lines at each tenth, nothing drawn."""
+    import transformers
+    from structlog.testing import capture_logs
+    from transformers import modeling_gguf_pytorch_utils as gguf_module
+
+    bar = gguf_module.tqdm
+
+    def from_pretrained(*args, **kwargs):
+        for _ in gguf_module.tqdm(range(40), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+        with gguf_module.tqdm(total=10, desc="GGUF tensors", mininterval=0) as stepped:
+            for _ in range(10):
+                stepped.update(1)
+        return tiny_model(300, bos_id=0, eos_id=1, pad_id=2)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    tokenizer = load_tokenizer(resolve_model("tiny"))
+    monkeypatch.setattr(_models, "_smollm2_tokenizer", lambda: tokenizer)
+    with capture_logs() as logs:
+        resolve_model("smollm2", cache_dir=tmp_path)
+    said = [e for e in logs if e["event"].startswith("converting the model")]
+    assert said[0]["event"].startswith("converting the model: SmolLM2's GGUF")
+    assert said[1]["event"] == "converting the model: the tokenizer"
+    steps = [(e["tensors"], e["done"]) for e in said if "done" in e]
+    assert steps[0] == ("40/40", "100%")  # the fast loop: its end
+    assert steps[1:] == [(f"{i}/10", f"{10 * i}%") for i in range(1, 11)]  # one per tenth
+    assert said[-1]["event"] == "converting the model: saving"
+    err = capfd.readouterr().err  # (the save's shard bar is configure_logging's business)
+    assert "GGUF tensors" not in err
+    assert gguf_module.tqdm is bar  # put back after the conversion
