@@ -20,7 +20,14 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["METRICS_FILE", "commit", "missing_rows", "partial_dir", "remove_partials"]
+__all__ = [
+    "METRICS_FILE",
+    "commit",
+    "missing_rows",
+    "partial_dir",
+    "prune_checkpoints",
+    "remove_partials",
+]
 
 METRICS_FILE = "METRICS.json"
 """In a checkpoint directory: the metrics row of the update that wrote it."""
@@ -36,6 +43,15 @@ def remove_partials(checkpoint_dir: Path) -> None:
     for path in checkpoint_dir.glob(".v*.partial"):
         log.warning("partial checkpoint removed", path=str(path))
         shutil.rmtree(path)
+
+
+def prune_checkpoints(checkpoint_dir: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints (``keep`` <= 0 keeps all)."""
+    if keep <= 0:
+        return
+    versions = sorted(p for p in checkpoint_dir.glob("v[0-9]*") if p.is_dir())
+    for old in versions[:-keep]:
+        shutil.rmtree(old)
 
 
 def commit(partial: Path, final: Path, row: dict) -> None:

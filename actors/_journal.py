@@ -17,7 +17,13 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["TRAINED_JOURNAL", "journal_groups", "trained_episodes", "trained_groups"]
+__all__ = [
+    "TRAINED_JOURNAL",
+    "TrainedIndex",
+    "journal_groups",
+    "trained_episodes",
+    "trained_groups",
+]
 
 TRAINED_JOURNAL = "trained.jsonl"
 """In the checkpoint directory: one JSON line per update, the groups it trained."""
@@ -74,3 +80,40 @@ def trained_episodes(path: Path, first: int, last: int) -> dict[str, int]:
         if first <= version <= last:
             by_version[version] = list(entry.get("episodes", []))
     return {e: v for v, episodes in sorted(by_version.items()) for e in episodes}
+
+
+class TrainedIndex:
+    """What the learner has trained, for its intake: the groups of the version it resumed
+    from (their redeliveries are replays: the checkpoint holds them already) and the
+    episodes trained within the staleness window (a second copy of one is skipped: its
+    rollout died after publishing it and before acking the episode); both skips counted."""
+
+    def __init__(self, path: Path, start_version: int, hard_staleness: int) -> None:
+        """``path``: the journal; ``hard_staleness``: older copies are dropped as stale."""
+        self._hard = hard_staleness
+        self._groups = trained_groups(path, start_version)
+        # episodes trained within the staleness window (older copies are stale anyway)
+        self._episodes = trained_episodes(path, start_version - hard_staleness - 1, start_version)
+        self.replays_skipped = 0
+        self.duplicates_skipped = 0
+
+    def replay(self, group: str) -> bool:
+        """True (and counted) for a group trained into the version resumed from."""
+        if group not in self._groups:
+            return False
+        self.replays_skipped += 1
+        return True
+
+    def copy(self, episode: str) -> bool:
+        """True (and counted) for an episode trained within the staleness window."""
+        if episode not in self._episodes:
+            return False
+        self.duplicates_skipped += 1
+        return True
+
+    def trained(self, version: int, episodes: list[str]) -> None:
+        """``episodes`` were trained into ``version``; copies older than the window go."""
+        for episode in episodes:
+            self._episodes[episode] = version
+        horizon = version - self._hard - 1  # older copies would be dropped as stale
+        self._episodes = {e: v for e, v in self._episodes.items() if v >= horizon}

@@ -5,31 +5,15 @@ that used it has been written to disk and announced, so a learner that dies
 mid-step leaves every trajectory of that step to be redelivered; on restart it
 resumes from the last checkpoint (the supervisor passes it in).
 
-Groups: a group is complete when all `group_size` members have arrived. Members
-lost to infrastructure (`metrics.infra_failure`) or whose instance the task could
-not set up (`metrics.sample_error`) are left out. A group is
-dropped whole, complete or not, when
-
-- it is older than the hard staleness bound (v - issued_version > hard): `stale`;
-- it has been incomplete for longer than `group_timeout` seconds since its first
-  member arrived (a member lost for good must not hold the rest forever): `timeout`;
-- it is complete with fewer than 2 trainable members: `too_few_members`;
-- with ``drop_flat_groups`` (``learner.drop_flat_groups``, DAPO's dynamic sampling), it
-  is complete and its trainable members' rewards are all equal: `no_spread`. Its GRPO
-  advantage is exactly 0, so training it would cost a forward/backward for the KL term
-  alone; the batch is filled with groups that carry a signal instead. These drops are
-  counted per task since the previous update (`env/<task>/flat_groups_dropped`, and
-  `env/<task>/flat_groups_succeeded` for the all-success ones), so the training
-  success of the trained batch, which now holds only groups with spread, can be read
-  beside them.
+Groups (`_groups`): a group is trained when all `group_size` members have arrived,
+and dropped whole when it is too stale, incomplete for too long, left with fewer than 2
+trainable members, or (``drop_flat_groups``) without reward spread.
 
 A dropped group's buffered trajectories are acked at once (they must not hold
 the prefetch window), members that arrive later are acked on arrival, and the
-whole group (`group_size` episodes, arrived or not) is added to
-`learner/dropped_episodes_total`, which the controller adds to its admission
-budget: it issues replacements for the whole group. Drops are counted by reason
-(`learner/groups_dropped_total/<reason>`) and logged. Incomplete groups are
-checked on every arrival and every `sweep_interval` seconds.
+whole group is counted as dropped (`DropBook`), so the controller issues its
+replacements. Drops are logged. Incomplete groups are checked on every arrival and
+every `sweep_interval` seconds.
 """
 
 from __future__ import annotations
@@ -38,9 +22,7 @@ import shutil
 import socket
 import threading
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pykka
@@ -58,41 +40,17 @@ from agentrl.messages import (
 )
 from agentrl.trainer import LearnerBackend, build_batch
 
-from ._checkpoint import commit, partial_dir, remove_partials
+from ._checkpoint import commit, partial_dir, prune_checkpoints, remove_partials
+from ._groups import DropBook, FlatGroups, Group, is_untrained
 from ._heartbeat import HeartbeatSender
-from ._journal import TRAINED_JOURNAL, journal_groups, trained_episodes, trained_groups
-from ._ledger import DROPPED_FILE, append_lines, read_lines
-from ._metrics import batch_metrics, has_spread, is_success
+from ._journal import TRAINED_JOURNAL, TrainedIndex, journal_groups
+from ._metrics import batch_metrics, has_spread
 from ._trace_store import TraceWriter
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
 log = structlog.get_logger(__name__)
 
 __all__ = ["LearnerActor"]
-
-
-DROP_REASONS = ("stale", "timeout", "too_few_members", "no_spread")
-"""Why a group is dropped (`learner/groups_dropped_total/<reason>`, module doc)."""
-
-_REMEMBERED_DROPS = 10_000
-"""Dropped group ids remembered so that their late members are acked on arrival."""
-
-
-def _untrained(t: Trajectory) -> bool:
-    """True for a member with nothing to learn from: lost to infra or never set up."""
-    return bool(t.metrics.get("infra_failure") or t.metrics.get("sample_error"))
-
-
-@dataclass
-class _Group:
-    first_seen: float
-    members: dict[str, tuple[Trajectory, Delivery]] = field(default_factory=dict)
-
-    def trajectories(self) -> list[Trajectory]:
-        return [t for t, _ in self.members.values()]
-
-    def oldest(self) -> int:
-        return min(t.issued_version for t, _ in self.members.values())
 
 
 class LearnerActor(pykka.ThreadingActor):
@@ -157,8 +115,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._task_center = task_center  # build_batch's (learner.task_center)
         self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
         self._drop_flat = drop_flat_groups
-        self._flat: Counter[str] = Counter()  # per task, flat groups dropped since the update
-        self._flat_succeeded: Counter[str] = Counter()
+        self._flat = FlatGroups()  # per task, flat groups dropped since the update
         self._max_steps = max_steps
         self._first_version = first_version
         self._on_metrics = on_metrics
@@ -167,15 +124,10 @@ class LearnerActor(pykka.ThreadingActor):
         self._keep = keep_checkpoints
         self._disk_problem = disk_problem
         self._on_fatal = on_fatal
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, Group] = {}
         self._seen: set[str] = set()
         self._to_ack: list[Delivery] = []
-        self._drops = ledger_dir / DROPPED_FILE if ledger_dir is not None else None
-        earlier = [e for e in read_lines(self._drops) if "members" not in e] if self._drops else []
-        self._dropped_episodes = sum(int(e["episodes"]) for e in earlier)  # over the run
-        self._dropped_groups = len(earlier)
-        self._drops_by_reason: Counter[str] = Counter(e["reason"] for e in earlier)
-        self._dropped_ids: OrderedDict[str, str] = OrderedDict()  # group -> reason
+        self._drops = DropBook(ledger_dir)
         self._trace_factory = trace
         self._trace: TraceWriter | None = None
         self._group_timeout = group_timeout
@@ -188,13 +140,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._backend = None
         self._transport = None
         self._journal = self._ckpt_dir / TRAINED_JOURNAL
-        self._trained = trained_groups(self._journal, start_version)
-        # episodes trained within the staleness window (older copies are stale anyway)
-        self._trained_episodes = trained_episodes(
-            self._journal, start_version - hard_staleness - 1, start_version
-        )
-        self._duplicates_skipped = 0
-        self._replays_skipped = 0
+        self._trained = TrainedIndex(self._journal, start_version, hard_staleness)
         self._node = node or socket.gethostname()
         self._interval = heartbeat_interval
         self._heartbeat: HeartbeatSender | None = None
@@ -222,7 +168,7 @@ class LearnerActor(pykka.ThreadingActor):
                 "version": float(self._version),
                 "steps": float(self._steps),
                 "buffered_groups": float(self.buffered()),
-                "dropped_episodes": float(self._dropped_episodes),
+                "dropped_episodes": float(self._drops.episodes),
             },
         )
         self._heartbeat.start()
@@ -261,25 +207,24 @@ class LearnerActor(pykka.ThreadingActor):
         if msg is None:
             return
         traj = msg.payload
-        if traj.group_id in self._dropped_ids:
+        reason = self._drops.reason(traj.group_id)
+        if reason is not None:
             # A late member of a dropped group: already counted (the whole group was).
             self._log.info("late member of a dropped group acked", group=traj.group_id)
             if self._trace is not None:
-                self._trace.dropped(self._version, self._dropped_ids[traj.group_id], [traj])
+                self._trace.dropped(self._version, reason, [traj])
             delivery.ack()
             return
-        if traj.group_id in self._trained:
+        if self._trained.replay(traj.group_id):
             # Trained into the version this learner resumed from, but the learner died
             # before acking it: the checkpoint holds it already, training it again would
             # count it twice.
-            self._replays_skipped += 1
             self._log.info("replay of a trained group skipped", group=traj.group_id)
             delivery.ack()
             return
-        if traj.episode_id in self._trained_episodes:
+        if self._trained.copy(traj.episode_id):
             # A second copy of a trained episode: its rollout died after publishing the
             # trajectory and before acking the episode, which was then played again.
-            self._duplicates_skipped += 1
             self._log.info("copy of a trained episode skipped", episode=traj.episode_id)
             delivery.ack()
             return
@@ -295,7 +240,7 @@ class LearnerActor(pykka.ThreadingActor):
                 self._to_ack.append(delivery)
             return
         self._seen.add(traj.episode_id)
-        group = self._groups.setdefault(traj.group_id, _Group(self._clock()))
+        group = self._groups.setdefault(traj.group_id, Group(self._clock()))
         group.members[traj.episode_id] = (traj, delivery)
         self.sweep()
         self._maybe_train()
@@ -325,7 +270,7 @@ class LearnerActor(pykka.ThreadingActor):
 
     # --- batching ------------------------------------------------------------------
 
-    def _complete_groups(self) -> list[tuple[str, _Group]]:
+    def _complete_groups(self) -> list[tuple[str, Group]]:
         ready = [(gid, g) for gid, g in self._groups.items() if len(g.members) >= self._group_size]
         ready.sort(key=lambda item: (item[1].oldest(), item[1].first_seen))
         return ready
@@ -338,15 +283,13 @@ class LearnerActor(pykka.ThreadingActor):
             left_out: list[tuple[Trajectory, str]] = []
             chosen = 0
             for gid, group in self._complete_groups():
-                members = [t for t in group.trajectories() if not _untrained(t)]
+                members = [t for t in group.trajectories() if not is_untrained(t)]
                 stale = self._version - group.oldest() > self._hard
                 if stale or len(members) < 2:
                     self._drop(gid, group, "stale" if stale else "too_few_members")
                     continue
                 if self._drop_flat and not has_spread(members):
-                    task = members[0].task
-                    self._flat[task] += 1
-                    self._flat_succeeded[task] += all(is_success(t) for t in members)
+                    self._flat.add(members)
                     self._warn_if_only_flat()  # before the drop's report, which tests wait on
                     self._drop(gid, group, "no_spread")
                     continue
@@ -370,29 +313,18 @@ class LearnerActor(pykka.ThreadingActor):
     def _warn_if_only_flat(self) -> None:
         """Dynamic sampling never trains while no group has spread (a policy that fails, or
         succeeds, at everything): say so every ``4 * groups_per_batch`` flat groups in a row."""
-        flat = sum(self._flat.values())
-        if flat % (4 * self._groups_per_batch) == 0:
+        fields = self._flat.warning(self._groups_per_batch)
+        if fields is not None:
             self._log.warning(
                 "only groups without reward spread since the last update: nothing to train on",
-                flat_groups=flat,
-                by_task=dict(self._flat),
-                all_success=dict(self._flat_succeeded),
+                **fields,
                 version=self._version,
             )
 
-    def _drop(self, gid: str, group: _Group, reason: str) -> None:
+    def _drop(self, gid: str, group: Group, reason: str) -> None:
         """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""
         self._groups.pop(gid)
-        self._dropped_ids[gid] = reason
-        if len(self._dropped_ids) > _REMEMBERED_DROPS:
-            self._dropped_ids.popitem(last=False)
-        self._dropped_groups += 1
-        self._drops_by_reason[reason] += 1
-        self._dropped_episodes += self._group_size
-        if self._drops is not None:  # on disk before the acks
-            entry = {"group": gid, "episodes": self._group_size, "reason": reason,
-                     "version": self._version}  # fmt: skip
-            append_lines(self._drops, [entry])
+        self._drops.add(gid, self._group_size, reason, self._version)  # before the acks
         if self._trace is not None:
             self._trace.dropped(self._version, reason, group.trajectories())
         for episode, (_, delivery) in group.members.items():
@@ -409,17 +341,7 @@ class LearnerActor(pykka.ThreadingActor):
             version=self._version,
             age=round(self._clock() - group.first_seen, 1),
         )
-        self._report(self._drop_metrics())
-
-    def _drop_metrics(self) -> dict[str, float]:
-        return {
-            "learner/dropped_episodes_total": float(self._dropped_episodes),
-            "learner/dropped_groups_total": float(self._dropped_groups),
-            **{
-                f"learner/groups_dropped_total/{r}": float(self._drops_by_reason[r])
-                for r in DROP_REASONS
-            },
-        }
+        self._report(self._drops.metrics())
 
     def _train(
         self, batch: list[Trajectory], used: list[Delivery], untrained=(), left_out=()
@@ -456,8 +378,7 @@ class LearnerActor(pykka.ThreadingActor):
         if partial.exists():
             shutil.rmtree(partial)
         digest = self._backend.save(partial)
-        if self._drops is not None:  # the members acked with the batch but not trained
-            append_lines(self._drops, [{**u, "version": version} for u in untrained])
+        self._drops.left_out(untrained, version)  # acked with the batch but not trained
         saved = end = time.monotonic()
         metrics = self._update_metrics(batch, stats, version, start, trained, saved, idle)
         self._last_step_end = end
@@ -475,10 +396,8 @@ class LearnerActor(pykka.ThreadingActor):
         self._to_ack.clear()
         for t in batch:
             self._seen.discard(t.episode_id)
-            self._trained_episodes[t.episode_id] = version
-        horizon = version - self._hard - 1  # older copies would be dropped as stale
-        self._trained_episodes = {e: v for e, v in self._trained_episodes.items() if v >= horizon}
-        self._prune_checkpoints()
+        self._trained.trained(version, [t.episode_id for t in batch])
+        prune_checkpoints(self._ckpt_dir, self._keep)
         self._log.info(
             "update", version=version, step_time=round(trained - start, 2), idle=round(idle, 2)
         )
@@ -497,18 +416,14 @@ class LearnerActor(pykka.ThreadingActor):
             "learner/save_time": end - trained,
             "learner/idle_time": idle,
             "learner/idle_ratio": idle / max(end - self._last_step_end, 1e-9),
-            **self._drop_metrics(),
-            "learner/replays_skipped_total": float(self._replays_skipped),
-            "learner/duplicates_skipped_total": float(self._duplicates_skipped),
+            **self._drops.metrics(),
+            "learner/replays_skipped_total": float(self._trained.replays_skipped),
+            "learner/duplicates_skipped_total": float(self._trained.duplicates_skipped),
             **stats,
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
         if self._drop_flat:
-            for task in {t.task for t in batch} | set(self._flat):
-                metrics[f"env/{task}/flat_groups_dropped"] = float(self._flat[task])
-                metrics[f"env/{task}/flat_groups_succeeded"] = float(self._flat_succeeded[task])
-            self._flat.clear()
-            self._flat_succeeded.clear()
+            metrics.update(self._flat.metrics({t.task for t in batch}))
         return metrics
 
     def _stop_run(self, reason: str) -> None:
@@ -538,10 +453,3 @@ class LearnerActor(pykka.ThreadingActor):
         report = MetricsReport(source="learner", step=self._version, values=values)
         body = encode(report, run=self._spec.run)
         broadcast(self._transport, self._names.control, "metrics.learner", body)
-
-    def _prune_checkpoints(self) -> None:
-        if self._keep <= 0:
-            return
-        versions = sorted(p for p in self._ckpt_dir.glob("v[0-9]*") if p.is_dir())
-        for old in versions[: -self._keep]:
-            shutil.rmtree(old)

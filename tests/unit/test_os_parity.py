@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.actors._episode import sample_error_trajectory
-from agentrl.actors._learner import _untrained
+from agentrl.actors._groups import is_untrained
 from agentrl.environments import SampleError, make_task
 from agentrl.environments._check import check
 from agentrl.environments._protocol import SessionClosed, Status
@@ -255,7 +255,7 @@ def test_a_sample_error_episode_is_task_error_and_not_trained():
     )  # fmt: skip
     traj = sample_error_trajectory(req, -0.2)
     assert traj.status == "task_error" and traj.token_ids == [] and traj.num_turns == 0
-    assert _untrained(traj) and traj.metrics == {"sample_error": 1.0}
+    assert is_untrained(traj) and traj.metrics == {"sample_error": 1.0}
 
 
 @needs_bwrap
