@@ -50,6 +50,7 @@ from agentrl.messages import (
 )
 
 from ._env_registry import EnvRegistry, RegistryTimes
+from ._groups import DropBook
 from ._ledger import ISSUED_FILE, append_lines, read_lines
 from ._mix import TaskMixer
 from ._wire import (
@@ -99,12 +100,16 @@ class ControllerActor(pykka.ThreadingActor):
         clock: Callable[[], float] = time.monotonic,
         ledger_dir: Path | None = None,
         first_version: int = 0,
+        untrained_gone: bool = False,
     ) -> None:
         """``ledger_dir``: where ``issued.jsonl`` goes (`_ledger`); a controller restarted
         on a run with one restores its issue count and task order from it. None: no
         ledger (the count then restarts at one batch per trained version).
         ``first_version``: the version RL began at (the warm start's), where the
-        admission budget starts."""
+        admission budget starts. ``untrained_gone``: the broker holds nothing an earlier
+        controller issued (an in-process broker in a new process): the ledger's episodes
+        neither trained nor dropped are lost, and the window issues them anew; without
+        it a run resumed after its queued episodes died waited for them for good."""
         super().__init__()
         self._log = log.bind(role="controller", actor="controller")
         if episodes_per_batch % group_size:
@@ -132,6 +137,8 @@ class ControllerActor(pykka.ThreadingActor):
         # Resuming at version v without a ledger: batches first+1..v were issued and trained.
         self._issued = max(0, initial.version - first_version) * episodes_per_batch
         self._restore()
+        if untrained_gone and ledger_dir is not None:
+            self._forget_untrained(ledger_dir)
         self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
         self._learner_metrics: dict[str, float] = {}
         self._registry = EnvRegistry(env_times)
@@ -165,6 +172,17 @@ class ControllerActor(pykka.ThreadingActor):
             self._log.warning("ledger and task mixer disagree", groups=disagree)
         self._log.info("issue count restored from the ledger", groups=self._groups,
                        issued=self._issued)  # fmt: skip
+
+    def _forget_untrained(self, ledger_dir: Path) -> None:
+        """Count as never issued what the ledger shows issued but neither trained (a batch
+        per version since the first) nor dropped by the learner (`DropBook`)."""
+        trained = max(0, self._latest.version - self._first) * self._batch
+        lost = self._issued - trained - DropBook(ledger_dir).episodes
+        self._unconfirmed = []  # nothing to publish again: the broker is new
+        if lost > 0:
+            self._log.warning("episodes issued before this start are gone with the broker; "
+                              "issuing anew", episodes=lost)  # fmt: skip
+            self._issued -= lost
 
     # --- lifecycle -------------------------------------------------------------------
 

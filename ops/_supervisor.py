@@ -237,6 +237,11 @@ class Supervisor:
             version=version,
             model=str(weights),
         )
+        # before anything declares the run's queues: a broker without its episodes queue
+        # (an in-process broker in a new process) holds none of the episodes issued earlier
+        episodes_gone = "controller" in self.roles and not queue_exists(
+            cfg.broker, Topology(cfg.run).episodes, cfg.run
+        )
         if "learner" in self.roles:  # before anything touches the run's queues or checkpoints
             self._lock = take_learner_lock(cfg.broker, cfg.run, self.node, wait=LOCK_WAIT)
         if self.fresh and "learner" in self.roles:
@@ -317,6 +322,7 @@ class Supervisor:
                 reconcile_interval=cfg.env_registry.reconcile_interval,
                 ledger_dir=cfg.run_dir / LEDGER_DIR,
                 first_version=self._first_version(),
+                untrained_gone=episodes_gone,
             )
         if "rollout" in self.roles:
             r = cfg.rollout
@@ -641,6 +647,19 @@ class Supervisor:
             run_lock.close()
         if self.fatal:  # the last line: why the run stopped
             print(f"agentrl-supervisor: {self.fatal}", file=sys.stderr, flush=True)
+
+
+def queue_exists(broker: str, queue: str, run: str) -> bool:
+    """Whether ``queue`` is on ``broker`` (RabbitMQ keeps a run's queues across its
+    processes; an in-process broker starts empty in each)."""
+    transport = connect(broker, name=f"{run}-probe")
+    try:
+        transport.queue_depth(queue)
+    except BrokerRefused:  # 404: no such queue
+        return False
+    finally:
+        transport.close()
+    return True
 
 
 def clear_leftovers(broker: str, run: str) -> None:

@@ -223,3 +223,52 @@ def test_a_group_journaled_but_not_confirmed_is_published_again_under_its_ids(
     lines = (tmp_path / LEDGER_DIR / ISSUED_FILE).read_text().splitlines()
     assert json.loads(lines[-1]) == {"confirmed": ["g3"]}
     assert read_ledger(tmp_path).groups == 4
+
+
+def test_a_controller_on_a_new_broker_issues_anew_what_died_with_the_old_one(
+    broker, spec, client, tmp_path
+):
+    """Resumed at v1 (one batch of 4 trained) on an in-process broker in a new process: the
+    ledger shows 12 episodes issued and the learner 2 dropped, so 6 died with the old
+    broker. Counted as issued they filled the window for good (the run stalled); now the
+    window issues them anew, and nothing is published again under the old ids."""
+    mixer = TaskMixer({"a": 1.0, "b": 3.0}, {"a": 5, "b": 7})
+    entries = []
+    for i, version in enumerate([0, 0, 0, 0, 1, 1]):  # 12 episodes in groups of 2
+        task, index = mixer.next(version)
+        entries.append({"group": f"g{i}", "task": task, "index": index, "episodes": 2,
+                        "version": version})  # fmt: skip
+    _lines(tmp_path / LEDGER_DIR / ISSUED_FILE, [*entries, {"confirmed": ["g0", "g1", "g2"]}])
+    _lines(tmp_path / LEDGER_DIR / DROPPED_FILE,
+           [{"group": "g2", "episodes": 2, "reason": "stale", "version": 1}])  # fmt: skip
+    kept = ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"a": TaskEntry(1.0, 5), "b": TaskEntry(3.0, 7)},
+        group_size=2,
+        episodes_per_batch=4,
+        max_staleness=1,
+        initial=CheckpointReady(version=1, uri="/x", digest="", created_at=0.0),
+        ledger_dir=tmp_path / LEDGER_DIR,
+    )
+    # the broker kept its queue: all 12 count, and the 3 unconfirmed groups go out again
+    assert kept.proxy().stats().get()["issued"] == 12
+    kept.stop()
+    _episodes(client, spec, 6)  # (the unconfirmed groups' copies)
+    gone = ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"a": TaskEntry(1.0, 5), "b": TaskEntry(3.0, 7)},
+        group_size=2,
+        episodes_per_batch=4,
+        max_staleness=1,
+        initial=CheckpointReady(version=1, uri="/x", digest="", created_at=0.0),
+        ledger_dir=tmp_path / LEDGER_DIR,
+        untrained_gone=True,
+    )
+    # trained 4 + dropped 2 = 6 accounted; the window at v1 (eta 1) is (1 + 1 + 1) * 4 (+ the
+    # learner's 2 dropped once it reports them): 6 to issue
+    fresh = _episodes(client, spec, 6)
+    assert gone.proxy().stats().get()["issued"] == 12
+    assert not {e.group_id for e in fresh} & {f"g{i}" for i in range(6)}
+    assert client.queue_depth(Topology(spec.run).episodes) == 0
