@@ -16,7 +16,6 @@ own progress is said in log lines (`agentrl.trainer`'s ``converting the model``)
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import threading
@@ -24,47 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import tqdm.std
 
-__all__ = ["LoggedBar", "configure_logging"]
+__all__ = ["configure_logging"]
 
 log = structlog.get_logger(__name__)
-
-
-class _Nowhere(io.TextIOBase):
-    """Where a bar that draws nothing draws."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-
-class LoggedBar(tqdm.std.tqdm):
-    """A tqdm bar that draws nothing: at its end, its final count is one line of the log
-    file (``progress bar``: desc, n, total, seconds), not on the console."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["file"] = _Nowhere()
-        super().__init__(*args, **kwargs)
-
-    def close(self) -> None:
-        if not self.disable:  # a closed bar is disabled: one line per bar
-            log.info(
-                "progress bar",
-                desc=self.desc,
-                n=self.n,
-                total=self.total,
-                seconds=round(self.format_dict["elapsed"], 3),
-                console=False,
-            )
-        super().close()
 
 
 def _bars_to_log() -> None:
     """transformers' bars become `LoggedBar`s (unless its bars are switched off)."""
     try:
         from transformers.utils import logging as hf_logging
-    except ImportError:  # no transformers here: no bars of its to route
+    except ImportError:  # no transformers here (an environment worker): no bars to route
         return
+    from ._bars import LoggedBar  # tqdm comes with transformers, not with every install
 
     def hook(factory, args, kwargs):
         if not hf_logging.is_progress_bar_enabled():

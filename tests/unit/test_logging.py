@@ -64,3 +64,21 @@ def test_transformers_bars_stay_off_the_console_and_end_as_one_line_in_the_log(
     ]
     assert all("console" not in e for e in _lines(tmp_path / "supervisor.jsonl"))
     assert "file only" in [e["event"] for e in _lines(tmp_path / "supervisor.jsonl")]
+
+
+def test_the_environment_worker_imports_without_torch_transformers_or_tqdm():
+    """The env-worker image installs agentrl without the model stack: logging set up there
+    must not need tqdm (the image build runs ``agentrl-env-worker --help``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'transformers', 'tqdm'):\n"
+        "    sys.modules[name] = None  # importing any of them raises ImportError\n"
+        "from agentrl.ops.cli_env import worker_main\n"
+        "from agentrl.ops._logging import configure_logging\n"
+        "configure_logging(level='info')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
