@@ -227,6 +227,12 @@ OUTPUT_MB = 8
 its own, so a full disk quota does not swallow the observation saying so."""
 
 
+SHM_MB = 64
+"""Size of ``/dev/shm``, Docker's and podman's default: a tmpfs whose pages count against the
+session's memory, so unbounded a full one left the session's memory limit reached for good
+(every later command killed)."""
+
+
 def bwrap_argv(info_fd: int) -> list[str]:
     """The bubblewrap command line the launcher runs as the session's root (module doc)."""
     disk = MOUNT_POINT + "/fs"
@@ -237,7 +243,7 @@ def bwrap_argv(info_fd: int) -> list[str]:
     argv += _links("", MOUNT_POINT + "/usr", writable=True)
     argv += _overlays("")
     argv += ["--size", str(OUTPUT_MB << 20), "--tmpfs", "/run/agentrl"]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
     argv += _judge_argv()
     argv += ["--chdir", "/root", "--clearenv", "--setenv", "PATH", PATH]
     argv += ["--setenv", "HOME", "/root"]
