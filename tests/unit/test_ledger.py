@@ -91,7 +91,7 @@ def _episodes(client, spec, count: int) -> list[EpisodeRequest]:
     return out
 
 
-def _controller(broker, spec, tmp_path, version: int):
+def _controller(broker, spec, tmp_path, version: int, **extra):
     return ControllerActor.start(
         broker=broker,
         topology=spec,
@@ -101,6 +101,7 @@ def _controller(broker, spec, tmp_path, version: int):
         max_staleness=1,
         initial=CheckpointReady(version=version, uri="/x", digest="", created_at=0.0),
         ledger_dir=tmp_path / LEDGER_DIR,
+        **extra,
     )
 
 
@@ -241,31 +242,12 @@ def test_a_controller_on_a_new_broker_issues_anew_what_died_with_the_old_one(
     _lines(tmp_path / LEDGER_DIR / ISSUED_FILE, [*entries, {"confirmed": ["g0", "g1", "g2"]}])
     _lines(tmp_path / LEDGER_DIR / DROPPED_FILE,
            [{"group": "g2", "episodes": 2, "reason": "stale", "version": 1}])  # fmt: skip
-    kept = ControllerActor.start(
-        broker=broker,
-        topology=spec,
-        tasks={"a": TaskEntry(1.0, 5), "b": TaskEntry(3.0, 7)},
-        group_size=2,
-        episodes_per_batch=4,
-        max_staleness=1,
-        initial=CheckpointReady(version=1, uri="/x", digest="", created_at=0.0),
-        ledger_dir=tmp_path / LEDGER_DIR,
-    )
+    kept = _controller(broker, spec, tmp_path, version=1)
     # the broker kept its queue: all 12 count, and the 3 unconfirmed groups go out again
     assert kept.proxy().stats().get()["issued"] == 12
     kept.stop()
     _episodes(client, spec, 6)  # (the unconfirmed groups' copies)
-    gone = ControllerActor.start(
-        broker=broker,
-        topology=spec,
-        tasks={"a": TaskEntry(1.0, 5), "b": TaskEntry(3.0, 7)},
-        group_size=2,
-        episodes_per_batch=4,
-        max_staleness=1,
-        initial=CheckpointReady(version=1, uri="/x", digest="", created_at=0.0),
-        ledger_dir=tmp_path / LEDGER_DIR,
-        untrained_gone=True,
-    )
+    gone = _controller(broker, spec, tmp_path, version=1, untrained_gone=True)
     # trained 4 + dropped 2 = 6 accounted; the window at v1 (eta 1) is (1 + 1 + 1) * 4 (+ the
     # learner's 2 dropped once it reports them): 6 to issue
     fresh = _episodes(client, spec, 6)
