@@ -61,7 +61,7 @@ class DemoPrompt:
             raise ValueError(f"task {task!r} has no oracle agent to make a demo with")
         if steps < 1:
             raise ValueError("demo steps must be >= 1")
-        self._env, self._oracle, self._steps = env, teacher, steps
+        self._env, self._teacher, self._steps = env, teacher, steps
         self._demos: dict[int, list[ChatMessage]] = {}
         self._lock = threading.Lock()
 
@@ -114,7 +114,7 @@ class DemoPrompt:
         messages = [m for m in start.messages if m.role != "system"]
         finished = False
         try:
-            actions = self._oracle(self._env, index, random.Random(index))
+            actions = self._teacher(self._env, index, random.Random(index))
             for _, call in zip(range(self._steps), actions, strict=False):
                 step = self._env.interact(start.session, agent_message(call))
                 messages.append(ChatMessage(role="assistant", content=_call_text(call)))
