@@ -151,3 +151,30 @@ def test_groups_without_a_shared_prompt_run_in_one_batched_forward(model_dir):
     assert len(calls) == 1
     want = logits_at(model, batch, keep, torch.device("cpu"))
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+def _graph_nodes(tensor: torch.Tensor) -> set[str]:
+    seen, names, todo = set(), set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+def test_the_attention_over_a_shared_prompt_keeps_no_probabilities(model_dir):
+    # the continuation attends the cached prompt under an explicit mask: torch's CPU
+    # attention must still run its flash kernel (which saves a row's log-sum-exp, not the
+    # [rows, heads, query, key] probabilities): memory stays a micro-batch's activations
+    model = TorchLearner(model_dir, kl_coef=0.0, share_prefix=True).model
+    batch = grouped_batch()
+    keep = trained_positions(model, batch, torch.device("cpu"))
+    for autocast in (False, True):
+        nodes = _graph_nodes(
+            shared_logits_at(model, batch, keep, torch.device("cpu"), autocast=autocast)
+        )
+        assert "ScaledDotProductFlashAttentionForCpuBackward0" in nodes
+        assert not {"SoftmaxBackward0", "ScaledDotProductAttentionMathBackward0"} & nodes
