@@ -1,18 +1,23 @@
 """agentrl.messages: wire records and their msgpack codec."""
 
 from ._codec import decode, encode
-from ._errors import MessageError
-from ._records import (
-    SCHEMA_VERSION,
+from ._env_records import (
     ChatMessage,
-    CheckpointQuery,
-    CheckpointReady,
-    ControlCommand,
     EnvCancel,
-    Envelope,
     EnvInteract,
     EnvReply,
     EnvStart,
+    SessionReport,
+    SessionsLost,
+    ToolCall,
+)
+from ._errors import MessageError
+from ._records import (
+    SCHEMA_VERSION,
+    CheckpointQuery,
+    CheckpointReady,
+    ControlCommand,
+    Envelope,
     EpisodeRequest,
     GenerateRequest,
     GenerateResult,
@@ -20,10 +25,7 @@ from ._records import (
     Message,
     MetricsReport,
     Payload,
-    SessionReport,
-    SessionsLost,
     StatusQuery,
-    ToolCall,
     Trajectory,
 )
 from ._support import BrokerRefused

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import msgpack
 import numpy as np
 
+from ._env_records import SessionReport, SessionsLost
 from ._errors import MessageError
 from ._records import (
     MASK01,
@@ -34,8 +35,6 @@ from ._records import (
     Envelope,
     Message,
     Payload,
-    SessionReport,
-    SessionsLost,
     Trajectory,
 )
 
