@@ -23,7 +23,8 @@ from typing import Any
 
 import structlog
 
-from ._memory_broker import Broker, ConsumerRecord, Message
+from ._memory_broker import Broker
+from ._memory_state import ConsumerRecord, Message
 from ._support import (
     check_exchange_kind,
     generated_queue_name,

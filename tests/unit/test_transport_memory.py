@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from agentrl.messages._memory import MemoryTransport, reset_memory_broker
-from agentrl.messages._memory_broker import topic_matches
+from agentrl.messages._memory_state import topic_matches
 from agentrl.messages._support import Backoff, BrokerRefused, redact_url
 from agentrl.messages._transport import (
     Topology,
