@@ -1,6 +1,7 @@
 """agentrl.messages: wire records and their msgpack codec."""
 
 from ._codec import decode, encode
+from ._connect import connect
 from ._env_records import (
     ChatMessage,
     EnvCancel,
@@ -39,7 +40,6 @@ from ._transport import (
     TransportClosed,
     TransportError,
     Unroutable,
-    connect,
 )
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The Transport interface: bytes in, bytes out, over a broker.
 
 One Protocol (`Transport`), two implementations (`memory://` in `_memory.py`,
-`amqp://` in `_amqp.py`), one conformance suite (`tests/unit/transport_suite.py`).
+`amqp://` in `_amqp.py`, both opened by `_connect.connect`), one conformance suite
+(`tests/unit/transport_suite.py`).
 The records and codec live elsewhere; a Transport never looks inside a body.
 
 Threading contract shared by both implementations: every public method is
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -375,22 +375,3 @@ class Topology:
         transport.declare_exchange(self.checkpoints, "fanout")
         transport.declare_exchange(self.control, "topic")
         transport.declare_queue(self.control_rpc)
-
-
-def connect(url: str, *, name: str, connect_timeout: float = 15.0) -> Transport:
-    """Open a transport: `memory://<broker>` (in-process) or `amqp://` / `amqps://`.
-
-    `name` is the connection name shown by the broker and used in logs.
-    Raises BrokerUnavailable when an AMQP broker cannot be reached within
-    `connect_timeout` seconds.
-    """
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme == "memory":
-        from ._memory import MemoryTransport
-
-        return MemoryTransport(url, name=name)
-    if scheme in ("amqp", "amqps"):
-        from ._amqp import AmqpTransport
-
-        return AmqpTransport(url, name=name, connect_timeout=connect_timeout)
-    raise ValueError(f"unsupported transport URL scheme {scheme!r} (memory, amqp, amqps)")

@@ -11,7 +11,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import pytest
 
 from agentrl.messages._amqp import AmqpTransport
-from agentrl.messages._transport import BrokerUnavailable, connect
+from agentrl.messages._connect import connect
+from agentrl.messages._transport import BrokerUnavailable
 from tests.integration.conftest import BROKER_HOST, BROKER_PORT
 from tests.unit.transport_suite import *  # noqa: F403  (the shared conformance tests)
 from tests.unit.transport_suite import PENDING, WAIT, Bus, Inbox, settle_all

@@ -6,15 +6,11 @@ import uuid
 
 import pytest
 
+from agentrl.messages._connect import connect
 from agentrl.messages._memory import MemoryTransport, reset_memory_broker
 from agentrl.messages._memory_state import topic_matches
 from agentrl.messages._support import Backoff, BrokerRefused, redact_url
-from agentrl.messages._transport import (
-    Topology,
-    TransportClosed,
-    connect,
-    dead_letter_exchange_for,
-)
+from agentrl.messages._transport import Topology, TransportClosed, dead_letter_exchange_for
 from tests.unit.transport_suite import *  # noqa: F403  (the shared conformance tests)
 
 
