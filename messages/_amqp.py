@@ -9,6 +9,7 @@ Channels: `ctl` runs declarations and passive checks one at a time (a broker
 refusal closes only that channel: the operation fails, the channel reopens);
 `pub` is in confirm mode and carries every publish (see `_amqp_publish.py`);
 each consumer has a channel of its own, so basic.qos gives it its own prefetch.
+RPC calls wait for their replies on one exclusive reply queue (`_amqp_rpc.py`).
 
 On connection loss the transport reconnects with back-off, re-declares the
 topology it declared (in order, exclusive queues keep their generated names),
@@ -38,6 +39,7 @@ from pika.adapters.select_connection import IOLoop
 from ._amqp_consumers import AmqpConsumer
 from ._amqp_link import ControlOp, Link
 from ._amqp_publish import Outgoing, Publisher
+from ._amqp_rpc import Calls
 from ._support import check_exchange_kind, generated_queue_name, queue_arguments, resolve
 from ._transport import (
     BrokerUnavailable,
@@ -86,14 +88,12 @@ class AmqpTransport:
         self._wake_scheduled = False
         self._closing = False
         self._orders = itertools.count(1)
-        self._calls: dict[str, tuple[Future[Delivery], Future[None]]] = {}
-        self._reply_queue: str | None = None
-        self._reply_waiters: list[Callable[[BaseException | None], None]] | None = None
         self._ioloop = IOLoop()
         self._publisher = Publisher(self._ioloop, self._check_exchange)
         self._link = Link(
             self, parameters, self._ioloop, self._publisher, reconnect_timeout=reconnect_timeout
         )
+        self._rpc = Calls(self, self._ioloop, self._link, self._outgoing, self._publish_now)
         self._thread = threading.Thread(target=self._run, name=f"agentrl-amqp-{name}", daemon=True)
         self._thread.start()
         try:
@@ -315,73 +315,14 @@ class AmqpTransport:
         self._check(blocking=False)
         future: Future[Delivery] = Future()
         correlation_id = uuid.uuid4().hex
-
-        def start(error: BaseException | None) -> None:
-            if error is not None:
-                resolve(future, error=error)
-                return
-            out = self._outgoing(
-                exchange, routing_key, body, None, self._reply_queue, correlation_id
-            )
-            self._calls[correlation_id] = (future, out.future)
-            out.future.add_done_callback(lambda f: self._request_failed(correlation_id, f))
-            self._publish_now(out)
-            if timeout is not None:
-                self._ioloop.call_later(timeout, lambda: self._expire(correlation_id, timeout))
-
-        self._submit(lambda: self._with_reply_queue(start))
+        self._submit(
+            lambda: self._rpc.send(future, exchange, routing_key, body, correlation_id, timeout)
+        )
         return future
-
-    def _with_reply_queue(self, then: Callable[[BaseException | None], None]) -> None:
-        """Declare the exclusive reply queue and its consumer once, then call `then`."""
-        if self._reply_queue is not None and self._reply_waiters is None:
-            then(None)
-            return
-        if self._reply_waiters is not None:
-            self._reply_waiters.append(then)
-            return
-        self._reply_waiters = [then]
-        name = generated_queue_name(self.name, "reply")
-
-        def run(channel: Any, done: Callable[[Any], None]) -> None:
-            channel.queue_declare(name, exclusive=True, callback=lambda _: done(name))
-
-        def declared(future: Future[Any]) -> None:
-            error = future.exception()
-            if error is None:
-                self._reply_queue = name
-                reply_consumer = AmqpConsumer(self, name, self._on_reply, 0, auto_ack=True)
-                self._link.start_consumer(reply_consumer)
-            waiters, self._reply_waiters = self._reply_waiters or [], None
-            for waiter in waiters:
-                waiter(error)
-
-        future: Future[Any] = Future()
-        future.add_done_callback(declared)
-        self._link.submit_control("declare reply queue", run, future, ("queue", name, run))
-
-    def _request_failed(self, correlation_id: str, sent: Future[None]) -> None:
-        error = sent.exception()
-        if error is not None and (pending := self._calls.pop(correlation_id, None)):
-            resolve(pending[0], error=error)
-
-    def _expire(self, correlation_id: str, timeout: float) -> None:
-        if (pending := self._calls.pop(correlation_id, None)) is not None:
-            resolve(pending[0], error=TimeoutError(f"no RPC reply within {timeout}s"))
-
-    def _on_reply(self, delivery: Delivery) -> None:
-        pending = self._calls.pop(delivery.correlation_id or "", None)
-        if pending is None:
-            self._log.debug("late or unknown RPC reply dropped", id=delivery.correlation_id)
-            return
-        resolve(pending[0], delivery)
 
     def fail_calls(self, error: TransportError, *, only_sent: bool) -> None:
         """Fail pending calls (all, or those whose request was already confirmed)."""
-        for correlation_id, (future, sent) in list(self._calls.items()):
-            if not only_sent or (sent.done() and sent.exception() is None):
-                del self._calls[correlation_id]
-                resolve(future, error=error)
+        self._rpc.fail(error, only_sent=only_sent)
 
     def reply(self, request: Delivery, body: bytes) -> Future[None]:
         if not request.reply_to:
