@@ -1,7 +1,9 @@
 """agentrl.trainer: GRPO maths, training batches, the torch learner backend, models."""
 
+from ._backend import LearnerBackend
 from ._batch import TrainBatch, build_batch, micro_batches
 from ._device import DeviceUnavailable, resolve_device
+from ._digest import checkpoint_digest
 from ._grpo import (
     episode_reward,
     group_advantages,
@@ -14,7 +16,7 @@ from ._grpo import (
 )
 from ._lora import LoraError, LoraSpec
 from ._models import ModelError, ModelNotFound, load_causal_lm, load_tokenizer, resolve_model
-from ._torch_learner import LearnerBackend, TorchLearner, checkpoint_digest
+from ._torch_learner import TorchLearner
 
 __all__ = [
     "DeviceUnavailable",

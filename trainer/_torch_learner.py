@@ -1,30 +1,6 @@
 """The torch learner backend: one process, CPU or one GPU, an HF causal LM.
 
-Metrics returned by ``step`` (documented here, and only here):
-
-- ``learner/loss``: total loss of the update (pg + kl_coef * kl), token mean.
-- ``learner/pg_loss``: PPO dual-clipped surrogate, token mean over the batch.
-- ``learner/kl``: k3 KL to the frozen reference (with lora: the base, adapters disabled),
-  token mean (only if kl_coef > 0).
-- ``learner/approx_kl``: k3 estimate of KL(rollout || learner) on the trained tokens.
-- ``learner/grad_norm``: global gradient norm before clipping.
-- ``learner/lr``: learning rate of this update (after the linear warmup).
-- ``learner/clip_frac``: fraction of tokens where the clipped branch was taken
-  (ratio to the proximal policy: 0 with one optimiser step per batch).
-- ``learner/dual_clip_frac``: fraction of tokens where the dual clip bound (0 likewise).
-- ``learner/ratio_mean``: mean importance ratio exp(logp - rollout logp), untruncated.
-- ``learner/is_weight_mean``: mean truncated importance weight min(w, is_cap) the
-  loss multiplies each token by (``ppo_clip_loss``; 1 on-policy).
-- ``learner/is_clip_frac``: fraction of tokens whose weight w exceeded ``is_cap``.
-- ``learner/entropy``: mean entropy of softmax(logits / T) on trained tokens.
-- ``learner/tokens``: number of trained tokens in the batch.
-- ``learner/micro_batches``: number of forward/backward passes.
-- ``rollout/logprob_gap``: mean |learner logp - rollout logp| on trained tokens,
-  measured with the weights *before* the update. On stale tokens this includes
-  the policy's own drift since they were sampled.
-- ``rollout/logprob_gap_current``: the same on tokens sampled by the learner's
-  current version only: pure sampler/learner mismatch (precision, kernels),
-  ~0 when both run fp32 (absent when the batch has no such token).
+Metrics: those of every backend's ``step`` (`._backend`, documented there).
 """
 
 from __future__ import annotations
@@ -32,11 +8,11 @@ from __future__ import annotations
 import copy
 import shutil
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 import torch
 
+from ._backend import DIGEST_FILE, TOKENIZER_FILES
 from ._batch import TrainBatch, micro_batches
 from ._device import resolve_device
 from ._digest import checkpoint_digest
@@ -55,39 +31,11 @@ from ._scoring import logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
 from ._shared_prefix import can_share, group_micro_batches, shared_logits_at
 
-__all__ = ["LearnerBackend", "TorchLearner", "checkpoint_digest"]
+__all__ = ["TorchLearner"]
 
 log = structlog.get_logger(__name__)
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-"""Files copied from the source model directory next to each saved checkpoint."""
-
-DIGEST_FILE = "DIGEST"
-"""Name of the file in a checkpoint directory that holds its digest."""
-
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class LearnerBackend(Protocol):
-    """What the learner actor needs from a training backend."""
-
-    def step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimiser update on the whole batch; returns namespaced metrics."""
-        ...
-
-    def save(self, out_dir: str | Path) -> str:
-        """Write an HF safetensors checkpoint directory; returns its digest."""
-        ...
 
 
 class TorchLearner:
@@ -241,7 +189,7 @@ class TorchLearner:
     # --- the update -----------------------------------------------------------
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
-        """One AdamW update on the whole batch; returns the metrics listed above.
+        """One AdamW update on the whole batch; returns the metrics of `._backend`.
 
         A batch with no trained token changes no weight and reports zeros; the
         version still advances (the learner actor checkpoints it as the next one).

@@ -1,7 +1,7 @@
 """The Megatron-core learner backend: TP x PP x DP ranks, the torch backend's GRPO update.
 
-Metrics: exactly those of :mod:`agentrl.trainer._torch_learner` (documented
-there), computed over the whole batch whatever the layout; ``learner/entropy``
+Metrics: exactly those of the torch backend (:mod:`agentrl.trainer._backend`
+documents them), computed over the whole batch whatever the layout; ``learner/entropy``
 is computed vocab-parallel.
 
 Processes: :class:`MegatronLearner` is rank 0 and lives in the learner actor's
@@ -31,11 +31,12 @@ import structlog
 import torch
 import torch.distributed as dist
 
+from .._backend import DIGEST_FILE, TOKENIZER_FILES
 from .._batch import TrainBatch
 from .._device import rank_device, resolve_device
+from .._digest import checkpoint_digest
 from .._learner_state import updates_done, warmup_lr
 from .._sft import check_objective
-from .._torch_learner import DIGEST_FILE, TOKENIZER_FILES, checkpoint_digest
 from ._convert import gather_hf_state, load_hf_into
 from ._launch import (
     Command,
