@@ -17,7 +17,7 @@ import time
 import structlog
 
 from ._launch import SPEC_ENV, MegatronSpec, init_process_group, receive_command
-from ._learner import RankTrainer
+from ._rank import RankTrainer
 
 log = structlog.get_logger(__name__)
 
