@@ -1,7 +1,7 @@
 """The trace store: every episode the learner trained or dropped, kept for `agentrl trace`.
 
 One SQLite file in the run directory, ``trace.sqlite``, in WAL mode. Its one writer is the
-run's learner, the process that holds the run lock (``runs/<run>/LOCK``, `ops._run_lock`),
+run's learner, the process that holds the run lock (``runs/<run>/LOCK``, `ops.run.run_lock`),
 so a second start of the run never writes it; any number of viewers read it while it is
 written (WAL: a reader never blocks the writer, and sees whole updates only).
 

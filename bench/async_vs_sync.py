@@ -191,7 +191,8 @@ def run_real(eta: int, args, out_dir: Path, cores: tuple[int, int]) -> dict[str,
     }
     config = out_dir / f"{run}.yaml"
     config.write_text(yaml.safe_dump(raw))
-    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(config)]
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+    argv += ["start", "--config", str(config)]
     argv += ["--roles", "controller,rollout,sampler,learner", "--progress-every", "3600"]
     with (out_dir / f"{run}.out").open("wb") as log:
         code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode

@@ -172,7 +172,7 @@ def evaluate(
 def test_instances(tasks: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Instances of each task's test split (as `agentrl eval` builds it)."""
     from agentrl.environments import make_task
-    from agentrl.ops._eval import with_split
+    from agentrl.ops.eval.evaluate import with_split
 
     options, _ = with_split(tasks)
     return {name: make_task(name, **opts).num_instances for name, opts in options.items()}
@@ -180,7 +180,7 @@ def test_instances(tasks: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 OUTCOME_KEYS = ("task", "options", "runs", "episodes", "solved_per_instance")
 """What an arm keeps of each task's eval result: enough for `agentrl compare`'s paired
-comparison of any two evaluations (`ops._compare.compare_reports`)."""
+comparison of any two evaluations (`ops.eval.compare.compare_reports`)."""
 
 
 def summary(report: dict, checkpoint: str, seconds: float, argv: list[str]) -> dict[str, Any]:
@@ -374,7 +374,7 @@ def agentrl(argv: list[str]) -> None:
     of its model, optimiser and engine goes back when it ends: run in this process, a
     warm start's and an evaluation's 10 GB stayed resident beside the training run's
     supervisor (21 of 24 GB in use during RL)."""
-    code = subprocess.run([sys.executable, "-m", "agentrl.ops.cli_agentrl", *argv]).returncode
+    code = subprocess.run([sys.executable, "-m", "agentrl.ops.cli.agentrl", *argv]).returncode
     if code != 0:
         raise SystemExit(f"agentrl {shlex.join(argv)} exited {code}")
 
@@ -385,7 +385,8 @@ def train(
     """The supervisor in a subprocess, stopped by SIGTERM (it drains) when ``--minutes`` have
     passed or ``--max-steps`` updates are on disk, whichever comes first."""
     # this interpreter's agentrl (a venv's), whether or not its scripts are on PATH
-    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(cfg_path)]
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+    argv += ["start", "--config", str(cfg_path)]
     argv += ["--progress-every", "60"]
     log_path = run_dir / "supervisor.out"
     start = time.monotonic()

@@ -163,7 +163,7 @@ def bfcl_table(arms: dict[str, dict[str, Any]]) -> str:
 def _metrics(results: Path, arm: str) -> list[dict[str, Any]]:
     """``metrics-<arm>.jsonl`` (the arm's run metrics, one line per update, read as
     ``agentrl report`` reads a run's); [] if absent."""
-    from agentrl.ops._report import read_metrics
+    from agentrl.ops.report.plots import read_metrics
 
     path = results / f"metrics-{arm}.jsonl"
     return read_metrics(path) if path.exists() else []
@@ -276,7 +276,7 @@ def paired_table(arms: dict[str, dict[str, Any]]) -> str:
     """Per arm and task, RL's change on the same test instances with its paired-bootstrap
     95% interval (`agentrl compare`), and the mean over tasks; arms whose results predate
     the kept outcomes are left out."""
-    from agentrl.ops._compare import compare_reports
+    from agentrl.ops.eval.compare import compare_reports
 
     lines = [
         "| arm | task | instances | before | after | Δ | 95% CI (paired bootstrap) |",

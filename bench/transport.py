@@ -32,7 +32,7 @@ from concurrent.futures import wait
 import pika
 
 from agentrl.messages._amqp import AmqpTransport
-from agentrl.ops._logging import configure_logging
+from agentrl.ops.logs.configure import configure_logging
 
 URL = "amqp://guest:guest@127.0.0.1:5672/"
 

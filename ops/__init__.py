@@ -1,32 +1,38 @@
 """agentrl.ops: configuration, the supervisor, status, evaluation, run reports, logging.
 
+One folder per concept: ``cli/`` (the commands), ``config/`` (the run YAML), ``run/`` (the
+supervisor and what a live run needs), ``eval/``, ``report/`` (the report, TensorBoard,
+status), ``sft/`` (the warm start), ``logs/``, ``serve/`` (the endpoint), ``trace/`` (the
+trace viewer).
+
 Only the light modules are imported eagerly: an environment worker
-(``agentrl-env-worker``, which imports ``agentrl.ops.cli_env``) runs in a container
-without torch, so the supervisor, evaluation and report modules load on first use.
+(``agentrl-env-worker``, which imports ``agentrl.ops.cli.agentrl_env``) runs in a container
+without torch, so the supervisor, evaluation and report modules load on first use. The
+folders' ``__init__`` files import nothing for the same reason.
 """
 
 import importlib
 
-from ._config import ConfigError, RunConfig, load_config, parse_config
-from ._logging import configure_logging
+from .config.load import ConfigError, RunConfig, load_config, parse_config
+from .logs.configure import configure_logging
 
 _LAZY = {
-    "EvalError": "_eval",
-    "EvalReport": "_eval",
-    "TaskResult": "_eval",
-    "evaluate": "_eval",
-    "format_table": "_eval",
-    "ReportError": "_report",
-    "ReportFiles": "_report",
-    "write_report": "_report",
-    "ManagementClient": "_status",
-    "ManagementUnavailable": "_status",
-    "QueueStat": "_status",
-    "StatusError": "_status",
-    "format_status": "_status",
-    "ROLES": "_supervisor",
-    "Supervisor": "_supervisor",
-    "latest_checkpoint": "_supervisor",
+    "EvalError": "eval.evaluate",
+    "EvalReport": "eval.evaluate",
+    "TaskResult": "eval.evaluate",
+    "evaluate": "eval.evaluate",
+    "format_table": "eval.evaluate",
+    "ReportError": "report.plots",
+    "ReportFiles": "report.plots",
+    "write_report": "report.plots",
+    "ManagementClient": "report.status",
+    "ManagementUnavailable": "report.status",
+    "QueueStat": "report.status",
+    "StatusError": "report.status",
+    "format_status": "report.status",
+    "ROLES": "run.supervisor",
+    "Supervisor": "run.supervisor",
+    "latest_checkpoint": "run.supervisor",
 }
 
 

@@ -10,7 +10,7 @@ exactly (B = 0). Three consequences the learner and the samplers rely on:
 
 - **The KL reference is the base model itself**: the same modules with the adapters
   disabled (``peft``'s ``disable_adapter``), no second copy of the model in memory.
-  The base is the run's KL reference (`ops._warmstart.kl_reference`: the warm-started
+  The base is the run's KL reference (`ops.sft.warm_start.kl_reference`: the warm-started
   model after ``agentrl sft``, else the run's model), which outlives checkpoint pruning.
 - **A checkpoint is the adapter only**: ``adapter_model.safetensors`` and
   ``adapter_config.json`` (``peft``'s format; ``base_model_name_or_path`` holds the

@@ -1,7 +1,7 @@
 """The supervised warm-start objective: token-mean negative log-likelihood.
 
 ``agentrl sft`` trains on oracle trajectories built in the rollout's exact
-token format (``agentrl.ops._sft_data``). The loss is
+token format (``agentrl.ops.sft.data``). The loss is
 
     L = - Σ_{b,t} mask[b,t] · log p(target[b,t] | prefix)  /  Σ mask
 

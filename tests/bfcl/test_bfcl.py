@@ -17,8 +17,8 @@ from agentrl.environments.tasks.bfcl.data import CATEGORIES, entries, expand
 from agentrl.environments.tasks.bfcl.leaderboard import format_leaderboard, summaries
 from agentrl.environments.tasks.bfcl.task import CHECK_AGENTS
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops._eval import evaluate, format_table
-from agentrl.ops._sft_data import oracle_trajectory
+from agentrl.ops.eval.evaluate import evaluate, format_table
+from agentrl.ops.sft.data import oracle_trajectory
 from agentrl.trainer import resolve_model
 
 pytestmark = pytest.mark.bfcl

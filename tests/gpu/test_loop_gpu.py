@@ -33,7 +33,8 @@ def test_the_supervisor_trains_two_updates_with_learner_and_sampler_on_the_devic
     }
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
-    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(path)]
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+    argv += ["start", "--config", str(path)]
     started = time.monotonic()
     done = subprocess.run(
         [*argv, "--max-steps", "2"],

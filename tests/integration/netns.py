@@ -14,10 +14,8 @@ owner file /run/agentrl-netns/<k> ("<pid> <start time>") under a lock; whatever 
 left behind (a crashed run) is removed by the next cluster that starts.
 
     with namespaces(3, log_dir=tmp_path) as cluster:
-        procs = [
-            cluster.popen(ns, [sys.executable, "-m", "agentrl.ops.cli", ..., cluster.broker_url])
-            for ns in cluster.namespaces
-        ]
+        argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor", ...]
+        procs = [cluster.popen(ns, [*argv, cluster.broker_url]) for ns in cluster.namespaces]
         ...  # os.killpg(procs[0].pid, signal.SIGKILL) kills a node; teardown kills the rest
 """
 

@@ -27,7 +27,8 @@ LOCAL = Path(__file__).resolve().parents[2] / "examples" / "local.yaml"
 def test_a_refused_login_fails_the_start_at_once(tmp_path, amqp_url, change, reason, in_process):
     url = amqp_url if amqp_url.endswith("/") else amqp_url + "/"
     broker = url.replace(*change)
-    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(LOCAL)]
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+    argv += ["start", "--config", str(LOCAL)]
     argv += ["--model", "tiny", "--broker", broker, "--run", "refused"]
     argv += ["--output-dir", str(tmp_path), "--max-steps", "1"]
     argv += ["--in-process"] if in_process else []
@@ -47,14 +48,14 @@ def test_the_learner_lock_holds_across_processes_and_dies_with_its_holder(amqp_u
     import signal
     import uuid
 
-    from agentrl.ops._supervisor import RunLocked, take_learner_lock
+    from agentrl.ops.run.supervisor import RunLocked, take_learner_lock
 
     run = f"lock-{uuid.uuid4().hex[:6]}"
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from agentrl.ops._supervisor import take_learner_lock; "
+            "import sys, time; from agentrl.ops.run.supervisor import take_learner_lock; "
             f"lock = take_learner_lock({amqp_url!r}, {run!r}, 'a'); print('held', flush=True); "
             "time.sleep(600)",
         ],
@@ -110,13 +111,14 @@ def test_a_second_learner_node_is_refused_and_changes_nothing(tmp_path, amqp_url
     import uuid
 
     from agentrl.messages import Topology
-    from agentrl.ops._supervisor import take_learner_lock
+    from agentrl.ops.run.supervisor import take_learner_lock
 
     run = f"second-{uuid.uuid4().hex[:6]}"
     _leftover(amqp_url, run)
     lock = take_learner_lock(amqp_url, run, "first")  # the run's learner, elsewhere
     try:
-        argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(LOCAL)]
+        argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+        argv += ["start", "--config", str(LOCAL)]
         argv += ["--model", "tiny", "--broker", amqp_url, "--run", run]
         argv += ["--output-dir", str(tmp_path), "--max-steps", "1"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -132,7 +134,7 @@ def test_a_fresh_run_clears_an_earlier_same_named_runs_queues(tmp_path, amqp_url
     import uuid
 
     from agentrl.messages import Topology
-    from agentrl.ops._supervisor import clear_leftovers
+    from agentrl.ops.run.supervisor import clear_leftovers
 
     run = f"fresh-{uuid.uuid4().hex[:6]}"
     _leftover(amqp_url, run)

@@ -144,7 +144,7 @@ def test_bad_database_urls_are_refused():
 
 
 def test_check_cli_takes_the_server_as_an_option(server, capsys):
-    from agentrl.ops.cli_env import main
+    from agentrl.ops.cli.agentrl_env import main
 
     assert main(["check", "--task", "db", "--option", f"database={MYSQL}"]) == 0
     assert "succeeded (1.000)" in capsys.readouterr().out

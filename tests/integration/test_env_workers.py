@@ -25,7 +25,7 @@ def _say(name: str, **args) -> ChatMessage:
 
 
 def _worker(amqp_url: str, run: str, wid: str, capacity: int = 1) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "agentrl.ops.cli_env", "worker", "--task", "db",
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_env", "worker", "--task", "db",
             "--broker", amqp_url, "--run", run, "--capacity", str(capacity),
             "--worker-id", wid]  # fmt: skip
     return subprocess.Popen(argv, start_new_session=True)

@@ -40,7 +40,8 @@ def _start(
     if remote:
         raw["tasks"]["calculator"].update(remote=True, workers=1, capacity=8)
     config.write_text(yaml.safe_dump(raw))
-    argv = [sys.executable, "-m", "agentrl.ops.cli", "start", "--config", str(config)]
+    argv = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
+    argv += ["start", "--config", str(config)]
     argv += ["--node", "n1", "--progress-every", "5", *extra]
     log = (tmp_path / f"{run}.out").open("ab")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

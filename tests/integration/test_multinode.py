@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from agentrl.messages import connect
-from agentrl.ops._status import controller_status
-from agentrl.ops._supervisor import stop_run
+from agentrl.ops.report.status import controller_status
+from agentrl.ops.run.supervisor import stop_run
 from tests.integration.netns import namespaces
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ def test_three_nodes_train_and_survive_a_killed_rollout(amqp_url, tmp_path):
         procs = {}
         for ns, (node, node_roles) in zip(cluster.namespaces, roles.items(), strict=True):
             argv = [
-                sys.executable, "-m", "agentrl.ops.cli", "start",
+                sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor", "start",
                 "--config", str(config), "--broker", cluster.broker_url,
                 "--roles", node_roles, "--node", node, "--progress-every", "5",
             ]  # fmt: skip

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from agentrl.messages import Topology, connect
-from agentrl.ops._status import ManagementUnavailable, QueueStat, client_for
+from agentrl.ops.report.status import ManagementUnavailable, QueueStat, client_for
 
 pytestmark = pytest.mark.integration
 

@@ -36,7 +36,7 @@ from agentrl.environments.tasks.alfworld.scene import (
 from agentrl.environments.tasks.alfworld.task import NO_TOOL_CALL, NO_VALID_CALL, AlfworldTask
 from agentrl.environments.tasks.alfworld.world import NOTHING, World, list_phrase
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 
 AGENTBENCH_ALFWORLD = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "alfworld" / "dev.json"

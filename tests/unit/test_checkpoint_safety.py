@@ -14,9 +14,9 @@ from agentrl.actors import LearnerActor
 from agentrl.actors import _learner as learner_module
 from agentrl.actors._checkpoint import METRICS_FILE, missing_rows
 from agentrl.actors._fakes import FakeBackend
-from agentrl.ops import _disk
-from agentrl.ops._disk import DiskCheck
-from agentrl.ops._interrupt import ABORT_EXIT, Interrupts
+from agentrl.ops.run import disk
+from agentrl.ops.run.disk import DiskCheck
+from agentrl.ops.run.interrupt import ABORT_EXIT, Interrupts
 from tests.unit.test_actors import publish_trajs, trajectory, wait_for
 
 pytestmark = pytest.mark.usefixtures("stop_actors")
@@ -117,9 +117,9 @@ def test_disk_check_needs_the_newest_checkpoint_and_its_state(tmp_path, monkeypa
     (state / "v000002" / "optimizer.pt").write_bytes(b"x" * 6000)
     check = DiskCheck(ckpt, state_dir=state, margin=100)
     assert check.needed() == 3000 + 6000 + 100  # the newest of each, plus the margin
-    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9100))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9100))
     assert check.problem() is None
-    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9099))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda _: Usage(10**6, 0, 9099))
     problem = check.problem()
     assert problem.startswith("disk full:") and "keep_checkpoints" in problem
     assert "\n" not in problem
@@ -134,7 +134,7 @@ def test_disk_check_estimates_the_first_checkpoint_from_the_model(tmp_path):
 
 
 def test_keep_checkpoints_is_bounded_by_default():
-    from agentrl.ops._config import LearnerConfig
+    from agentrl.ops.config.load import LearnerConfig
 
     assert LearnerConfig().keep_checkpoints == 5
 
@@ -160,7 +160,7 @@ def test_a_run_on_a_full_disk_stops_with_one_line_and_exit_2(tmp_path, monkeypat
 
     raw = smoke_config(tmp_path, f"memory://full-{uuid.uuid4().hex[:6]}", "full", steps=2)
     cfg = parse_config(raw)
-    monkeypatch.setattr(_disk.shutil, "disk_usage", lambda _: Usage(10**9, 10**9, 1 << 20))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda _: Usage(10**9, 10**9, 1 << 20))
     assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 2
     last = capfd.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("agentrl-supervisor: disk full: 1 MiB free")

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from agentrl.ops._compare import CompareError, compare_reports
-from agentrl.ops.cli_agentrl import main
+from agentrl.ops.cli.agentrl import main
+from agentrl.ops.eval.compare import CompareError, compare_reports
 
 
 def report(tasks: dict[str, list[int]], runs: int = 1, options=None) -> dict:

@@ -102,7 +102,7 @@ def test_run_is_required():
 
 
 def test_broker_url_from_a_file_or_the_environment(tmp_path, monkeypatch):
-    from agentrl.ops._config import read_broker
+    from agentrl.ops.config.load import read_broker
 
     secret = tmp_path / "broker-url"
     secret.write_text("amqp://agent:s3cret@broker.example:5672/agentrl\n")

@@ -14,7 +14,7 @@ from agentrl.environments._conformance import conformance, tool_schema_problems
 from agentrl.environments._random_agent import random_turn, schema_value
 from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.messages import ChatMessage
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 
 _TOOL = {
     "type": "function",

@@ -17,7 +17,7 @@ from agentrl.environments._protocol import InfraError, SampleError, SessionClose
 from agentrl.environments.tasks.db.backend import MySQLDatabase, parse_database_url
 from agentrl.environments.tasks.db.task import ItemError, load_items, user_prompt
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 
 AGENTBENCH_DB = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "dbbench" / "dev.jsonl"

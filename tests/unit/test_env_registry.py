@@ -381,7 +381,7 @@ def test_a_dead_workers_episodes_are_retried_and_finished_on_another_worker(
 
 
 def test_supervisor_status_prints_the_registry():
-    from agentrl.ops._status import format_controller
+    from agentrl.ops.report.status import format_controller
 
     reg = EnvRegistry(TIMES)
     reg.observe(env_report("w1", {"a": 0.0, "b": 0.0}), now=0.0)
@@ -395,7 +395,7 @@ def test_supervisor_status_prints_the_registry():
 
 
 def test_the_registry_times_come_from_the_run_config():
-    from agentrl.ops._config import ConfigError, parse_config
+    from agentrl.ops.config.load import ConfigError, parse_config
 
     cfg = parse_config({"run": "x", "env_registry": {"dead_after": 50, "idle_limit": 120}})
     assert (cfg.env_registry.dead_after, cfg.env_registry.idle_limit) == (50.0, 120.0)

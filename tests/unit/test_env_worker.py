@@ -147,7 +147,7 @@ def test_workers_heartbeat_to_the_controller_exchange(run):
 
 
 def test_the_worker_command_serves_sessions_until_stopped(run):
-    from agentrl.ops import cli_env
+    from agentrl.ops.cli import agentrl_env as cli_env
 
     run, client = run
     stop = threading.Event()
@@ -173,7 +173,7 @@ def test_the_worker_command_serves_sessions_until_stopped(run):
 
 
 def test_the_worker_command_reads_the_broker_from_the_environment(run, monkeypatch, capsys):
-    from agentrl.ops import cli_env
+    from agentrl.ops.cli import agentrl_env as cli_env
 
     run, client = run
     argv = ["--task", "db", "--run", run, "--worker-id", "env", "--option", "max_turns=3"]

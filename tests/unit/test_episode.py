@@ -10,7 +10,7 @@ from agentrl.actors import EpisodeLimits
 from agentrl.actors._episode import assistant_message, play_episode
 from agentrl.environments import ChatFormat, Start, Status, Step, make_task
 from agentrl.messages import ChatMessage, EpisodeRequest, GenerateResult
-from agentrl.ops._config import parse_config
+from agentrl.ops.config.load import parse_config
 
 NO_CALL = "No executable tool calls found. Please call a tool."
 MALFORMED = '<tool_call>{"name": "step", "arguments": {</tool_call>'

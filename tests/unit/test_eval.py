@@ -11,8 +11,9 @@ import pytest
 from agentrl.actors._fakes import ScriptedEngine
 from agentrl.environments import ChatFormat, register_task
 from agentrl.environments.tasks.calculator.task import CalculatorTask
-from agentrl.ops import EvalError, cli_agentrl, evaluate, format_table
-from agentrl.ops._eval import eval_problems, with_split
+from agentrl.ops import EvalError, evaluate, format_table
+from agentrl.ops.cli import agentrl as cli_agentrl
+from agentrl.ops.eval.evaluate import eval_problems, with_split
 from agentrl.trainer import resolve_model
 from tests.unit.scripts import calculator_script
 

@@ -18,7 +18,7 @@ from agentrl.environments.tasks.kg.backend import RDFBackend, SPARQLBackend, loa
 from agentrl.environments.tasks.kg.items import PARAMS, ItemError, load_items, parse_action
 from agentrl.environments.tasks.kg.task import CHECK_AGENTS, KGTask, f1_score
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 
 AGENTBENCH_KG = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "knowledgegraph" / "dev.json"

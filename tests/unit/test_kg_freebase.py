@@ -19,8 +19,10 @@ import yaml
 from agentrl.environments import make_task, task_problems
 from agentrl.environments.tasks.kg.items import ItemError
 from agentrl.environments.tasks.kg.task import KGTask
-from agentrl.ops import ConfigError, cli_agentrl, cli_env, parse_config
-from agentrl.ops.cli import main as supervisor_main
+from agentrl.ops import ConfigError, parse_config
+from agentrl.ops.cli import agentrl as cli_agentrl
+from agentrl.ops.cli import agentrl_env as cli_env
+from agentrl.ops.cli.agentrl_supervisor import main as supervisor_main
 
 AGENTBENCH_KG = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "knowledgegraph" / "dev.json"

@@ -89,7 +89,7 @@ def test_the_oracle_answers_in_text_in_sft_data(smollm_tokenizer):
     ``Final Answer: #N`` (then end-of-turn), and the episode it makes is solved."""
     from agentrl.actors import EpisodeLimits
     from agentrl.environments import ChatFormat
-    from agentrl.ops._sft_data import oracle_trajectory
+    from agentrl.ops.sft.data import oracle_trajectory
 
     fmt = ChatFormat(smollm_tokenizer)
     env = make_task("kg", levels=[0], generated=4, split="train")

@@ -21,7 +21,7 @@ from agentrl.messages import (
     decode,
     encode,
 )
-from agentrl.ops.cli import main
+from agentrl.ops.cli.agentrl_supervisor import main
 from tests.unit.test_actors import trajectory, wait_for
 
 pytestmark = pytest.mark.usefixtures("stop_actors")

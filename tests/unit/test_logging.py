@@ -76,8 +76,8 @@ def test_the_environment_worker_imports_without_torch_transformers_or_tqdm():
         "import sys\n"
         "for name in ('torch', 'transformers', 'tqdm'):\n"
         "    sys.modules[name] = None  # importing any of them raises ImportError\n"
-        "from agentrl.ops.cli_env import worker_main\n"
-        "from agentrl.ops._logging import configure_logging\n"
+        "from agentrl.ops.cli.agentrl_env import worker_main\n"
+        "from agentrl.ops.logs.configure import configure_logging\n"
         "configure_logging(level='info')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentrl.ops import Supervisor, parse_config
-from agentrl.ops._eval import evaluate
+from agentrl.ops.eval.evaluate import evaluate
 from agentrl.trainer import resolve_model
 from agentrl.trainer._lora import ADAPTER_WEIGHTS, adapter_base
 from tests.smoke_helpers import smoke_config
@@ -57,7 +57,7 @@ def test_a_lora_run_checkpoints_adapters_resumes_and_evaluates(tmp_path):
 
 @pytest.mark.slow
 def test_lora_rl_after_the_sft_warm_start_adapts_the_warm_started_model(tmp_path):
-    from agentrl.ops._sft import run_sft
+    from agentrl.ops.sft.train import run_sft
 
     raw = smoke_config(tmp_path, f"memory://lora-sft-{uuid.uuid4().hex[:6]}", "lora-sft", steps=1)
     raw["learner"]["lora"] = {"rank": 4}

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from agentrl.ops._node import NodeSupervisor, role_argv
+from agentrl.ops.run.node import NodeSupervisor, role_argv
 from tests.processes import alive
 
 PY = sys.executable
@@ -118,7 +118,7 @@ def test_role_argv_reruns_this_command_for_one_role_in_process():
         "--resume",
     ]
     out = role_argv(argv, "rollout", "b", 1)
-    assert out[:3] == [sys.executable, "-m", "agentrl.ops.cli"]
+    assert out[:3] == [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor"]
     assert out[3:] == [
         "start", "--config", "c.yaml", "--max-steps", "3",
         "--roles", "rollout", "--node", "b", "--torch-threads", "1", "--in-process", "--resume",
@@ -188,7 +188,7 @@ def test_a_role_that_exits_fatally_is_not_restarted_and_the_node_exits_2(tmp_pat
 def test_roles_die_with_their_node_even_when_it_is_killed(tmp_path):
     """SIGKILL of the node supervisor: each role gets SIGTERM (a drain) and exits."""
     role = (
-        "import pathlib, signal, sys, time; from agentrl.ops._node import die_with_node; "
+        "import pathlib, signal, sys, time; from agentrl.ops.run.node import die_with_node; "
         "out = pathlib.Path(sys.argv[1]); "
         "signal.signal(signal.SIGTERM, lambda *_: (out.write_text('drained'), sys.exit(0))); "
         "die_with_node(); out.write_text('armed'); time.sleep(120)"
@@ -196,7 +196,7 @@ def test_roles_die_with_their_node_even_when_it_is_killed(tmp_path):
     marks = [tmp_path / "r1", tmp_path / "r2"]
     roles = {f"r{i}": [PY, "-c", role, str(m)] for i, m in enumerate(marks, 1)}
     node_script = (
-        "import json, pathlib, sys; from agentrl.ops._node import NodeSupervisor; "
+        "import json, pathlib, sys; from agentrl.ops.run.node import NodeSupervisor; "
         f"sys.exit(NodeSupervisor(json.loads(sys.argv[1]), node='n1', "
         f"state_file=pathlib.Path({str(tmp_path / 'n1.json')!r})).run())"
     )

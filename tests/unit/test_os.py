@@ -23,7 +23,7 @@ from agentrl.environments.tasks.os.items import ItemError, load_items
 from agentrl.environments.tasks.os.sandbox import docker_available
 from agentrl.environments.tasks.os.tools import TRUNCATED, observation
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 
 AGENTBENCH_OS = (
     Path(__file__).resolve().parents[3] / "shared" / "agentbench" / "os_interaction" / "data"

@@ -84,7 +84,7 @@ def test_what_the_model_is_shown_is_the_example_as_written(smollm_tokenizer):
     output marks or byte escapes (which a warm start would otherwise teach)."""
     from agentrl.actors import EpisodeLimits
     from agentrl.environments import ChatFormat
-    from agentrl.ops._sft_data import oracle_trajectory
+    from agentrl.ops.sft.data import oracle_trajectory
 
     env = make_task("os", levels=[0, 1], generated=8, sandbox="bwrap")
     limits = EpisodeLimits(max_turns=8, max_tokens=2048, max_new_tokens=96)

@@ -15,7 +15,8 @@ import yaml
 from agentrl.environments import TaskImportError, _locate, expand_task_name, make_task, task_names
 from agentrl.environments._check import check
 from agentrl.environments._conformance import conformance
-from agentrl.ops import ConfigError, cli_env, parse_config
+from agentrl.ops import ConfigError, parse_config
+from agentrl.ops.cli import agentrl_env as cli_env
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_task"
 TASK = "guessing.task:GuessingTask"

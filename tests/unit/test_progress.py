@@ -1,11 +1,11 @@
-"""The live progress line (`ops._progress`): batch metrics, and the first minutes before."""
+"""The live progress line (`ops.run.progress`): batch metrics, and the first minutes before."""
 
 from __future__ import annotations
 
 import threading
 
 from agentrl.messages import Trajectory
-from agentrl.ops._progress import EpisodeTally, format_progress, format_summary
+from agentrl.ops.run.progress import EpisodeTally, format_progress, format_summary
 
 
 def _traj(task: str, reward: float, env_reward: float, status: str = "completed", **metrics):
@@ -126,7 +126,7 @@ def test_the_tally_counts_in_flight_and_restarts_its_count_at_each_update():
 def test_the_progress_line_follows_the_checkpoints_fanout(broker):
     from agentrl.actors import TopologySpec, declare
     from agentrl.messages import CheckpointReady, Topology, connect, encode
-    from agentrl.ops._progress import Progress
+    from agentrl.ops.run.progress import Progress
     from tests.unit.test_actors import wait_for
 
     spec = TopologySpec(run="p", pools=("current",), trajectory_capacity=8)

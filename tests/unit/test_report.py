@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from agentrl.ops import ReportError, cli_agentrl, write_report
+from agentrl.ops import ReportError, write_report
+from agentrl.ops.cli import agentrl as cli_agentrl
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -137,7 +138,7 @@ def test_a_run_with_one_update_gets_whole_version_ticks(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agentrl.ops._report import _line, read_metrics
+    from agentrl.ops.report.plots import _line, read_metrics
 
     run = write_run(tmp_path, metrics_lines()[2:3])  # version 3 only
     rows = read_metrics(run / "metrics.jsonl")

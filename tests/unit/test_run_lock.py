@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrl.ops._run_lock import LOCK_FILE, RunLocked, hold_run_lock
+from agentrl.ops.run.run_lock import LOCK_FILE, RunLocked, hold_run_lock
 
 PY = sys.executable
 
@@ -34,7 +34,7 @@ def test_a_second_holder_is_refused_with_the_first_ones_pid(tmp_path):
 def test_a_killed_holder_releases_the_lock(tmp_path):
     script = (
         "import sys, time; from pathlib import Path; "
-        "from agentrl.ops._run_lock import hold_run_lock; "
+        "from agentrl.ops.run.run_lock import hold_run_lock; "
         "hold_run_lock(Path(sys.argv[1]), 'r'); print('held', flush=True); time.sleep(600)"
     )
     holder = subprocess.Popen([PY, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
@@ -77,7 +77,7 @@ def test_resume_while_the_run_is_live_is_refused_and_leaves_it_alone(tmp_path):
             }
         )
     )
-    start = [PY, "-m", "agentrl.ops.cli", "start", "--config", str(config)]
+    start = [PY, "-m", "agentrl.ops.cli.agentrl_supervisor", "start", "--config", str(config)]
     run_dir = tmp_path / "runs" / "live"
     live = subprocess.Popen(
         [*start, "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -85,7 +85,7 @@ def test_agentrl_serve_starts_the_endpoint_and_stops_on_sigterm(tmp_path):
     raw.update(model="tiny", output_dir=str(tmp_path), broker="memory://serve-cli")
     config.write_text(yaml.safe_dump(raw))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrl.ops.cli_agentrl", "serve", "--config", str(config),
+        [sys.executable, "-m", "agentrl.ops.cli.agentrl", "serve", "--config", str(config),
          "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

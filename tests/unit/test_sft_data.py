@@ -15,8 +15,7 @@ from agentrl.environments import ChatFormat, make_task, register_task
 from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.messages import EpisodeRequest, Topology, Trajectory, connect, decode, encode
 from agentrl.messages._memory import reset_memory_broker
-from agentrl.ops import _sft_data
-from agentrl.ops._sft_data import OracleMix, SFTDataError, make_train_task, oracle_trajectory
+from agentrl.ops.sft.data import OracleMix, SFTDataError, make_train_task, oracle_trajectory
 
 LIMITS = EpisodeLimits(max_turns=4, max_tokens=2048, max_new_tokens=64)
 
@@ -149,7 +148,7 @@ class _WrongJudge:
 
 
 def test_failed_and_too_long_episodes_are_skipped_and_counted(smollm_tokenizer, fmt, monkeypatch):
-    monkeypatch.setattr(_sft_data, "MAX_CONSECUTIVE_SKIPS", 4)
+    monkeypatch.setattr("agentrl.ops.sft.data.MAX_CONSECUTIVE_SKIPS", 4)
     env = _WrongJudge()
     assert oracle_trajectory("calculator", env, 0, fmt, smollm_tokenizer, LIMITS) == "failed"
     short = EpisodeLimits(max_turns=4, max_tokens=2048, max_new_tokens=8)

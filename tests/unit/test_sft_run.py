@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from agentrl.ops import Supervisor, parse_config
-from agentrl.ops._sft import SFTError, run_sft
-from agentrl.ops._warmstart import WarmStartError, kl_reference, read_warm_start
-from agentrl.ops.cli_agentrl import main
+from agentrl.ops.cli.agentrl import main
+from agentrl.ops.sft.train import SFTError, run_sft
+from agentrl.ops.sft.warm_start import WarmStartError, kl_reference, read_warm_start
 from agentrl.trainer import checkpoint_digest, resolve_model
 
 

@@ -10,8 +10,8 @@ import uuid
 import pytest
 import yaml
 
-from agentrl.ops import _supervisor
-from agentrl.ops.cli import main
+from agentrl.ops.cli.agentrl_supervisor import main
+from agentrl.ops.run.supervisor import Supervisor
 
 
 def _config(tmp_path, **overrides):
@@ -63,8 +63,10 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypa
     def broken(self, *args, **kwargs):
         raise RuntimeError("the engine broke")
 
-    monkeypatch.setattr(_supervisor.Supervisor, "run", broken)
-    monkeypatch.setattr("agentrl.ops.cli.configure_logging", lambda *a, **k: None)
+    monkeypatch.setattr(Supervisor, "run", broken)
+    monkeypatch.setattr(
+        "agentrl.ops.cli.agentrl_supervisor.configure_logging", lambda *a, **k: None
+    )
     config = _config(tmp_path)
     assert main(["start", "--config", str(config)]) == 1
     line = _one_line(capsys.readouterr().err)

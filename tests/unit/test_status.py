@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrl.ops import cli
-from agentrl.ops._status import (
+from agentrl.ops.cli import agentrl_supervisor as cli
+from agentrl.ops.report.status import (
     ManagementClient,
     ManagementUnavailable,
     QueueStat,
@@ -250,7 +250,7 @@ def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
     from agentrl.actors import ControllerActor, SamplerActor, TaskEntry, TopologySpec
     from agentrl.actors._fakes import ScriptedEngine
     from agentrl.messages import CheckpointReady, MetricsReport, Topology, connect, encode
-    from agentrl.ops._status import controller_status, format_controller
+    from agentrl.ops.report.status import controller_status, format_controller
 
     run = f"st-{uuid.uuid4().hex[:6]}"
     broker = f"memory://{run}"

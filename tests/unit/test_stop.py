@@ -10,8 +10,8 @@ import pykka
 
 from agentrl.actors import TopologySpec, declare
 from agentrl.messages import BrokerRefused, connect
-from agentrl.ops import Supervisor, _supervisor, parse_config
-from agentrl.ops._supervisor import stop_run
+from agentrl.ops import Supervisor, parse_config
+from agentrl.ops.run.supervisor import stop_run
 from tests.smoke_helpers import smoke_config
 
 
@@ -62,8 +62,8 @@ class _Busy(pykka.ThreadingActor):
 def test_stop_waits_for_the_learner_mid_update_and_logs_an_actor_that_hangs(tmp_path, monkeypatch):
     run = f"stop-{uuid.uuid4().hex[:6]}"
     supervisor = Supervisor(parse_config(smoke_config(tmp_path, f"memory://{run}", run)))
-    monkeypatch.setattr(_supervisor, "STOP_TIMEOUT", 0.2)
-    monkeypatch.setattr(_supervisor, "LEARNER_STOP_TIMEOUT", 30.0)
+    monkeypatch.setattr("agentrl.ops.run.supervisor.STOP_TIMEOUT", 0.2)
+    monkeypatch.setattr("agentrl.ops.run.supervisor.LEARNER_STOP_TIMEOUT", 30.0)
     learner, rollout = _Busy.start(), _Busy.start()
     learner.proxy().busy(1.0)  # an update under way: the stop waits for it
     rollout.proxy().busy(2.0)  # longer than its 0.2 s: logged, not raised

@@ -1,9 +1,9 @@
-"""The split a command builds a task on when the user names none (ops/_task_split.py)."""
+"""The split a command builds a task on when the user names none (ops/eval/task_split.py)."""
 
 from __future__ import annotations
 
-from agentrl.ops import cli_env
-from agentrl.ops._task_split import make_on_split
+from agentrl.ops.cli import agentrl_env as cli_env
+from agentrl.ops.eval.task_split import make_on_split
 
 
 def test_the_default_split_is_added_only_where_the_factory_takes_one():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.ops._tensorboard import EventWriter, crc32c
+from agentrl.ops.report.tensorboard import EventWriter, crc32c
 
 
 def test_crc32c_check_value():

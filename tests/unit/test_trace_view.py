@@ -12,7 +12,7 @@ import pytest
 
 from agentrl.actors._trace_store import TRACE_FILE, TraceError, TraceReader, TraceWriter
 from agentrl.environments import ChatFormat
-from agentrl.ops.cli_agentrl import main
+from agentrl.ops.cli.agentrl import main
 from agentrl.ops.trace import TraceServer, TraceSite, find_tokenizer
 from agentrl.ops.trace.page import advantage_class
 from agentrl.ops.trace.server import BadQuery, parse_query

@@ -36,7 +36,7 @@ from agentrl.environments.tasks.webshop.task import (
     NO_VALID_CALL,
 )
 from agentrl.messages import ChatMessage, ToolCall
-from agentrl.ops import cli_env
+from agentrl.ops.cli import agentrl_env as cli_env
 from tests.unit.webshop_server import FakeWebShop
 
 

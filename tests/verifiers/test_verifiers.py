@@ -333,7 +333,7 @@ def test_a_config_naming_the_task_parses_and_refuses_an_unknown_option(tmp_path)
 
 @pytest.mark.slow
 def test_agentrl_eval_plays_a_verifiers_environment_offline(tmp_path, capsys):
-    from agentrl.ops import cli_agentrl
+    from agentrl.ops.cli import agentrl as cli_agentrl
 
     out = tmp_path / "eval.md"
     tasks = "verifiers:vf_arith,verifiers:vf_guess"

@@ -1,4 +1,4 @@
-"""A tqdm bar that draws nothing and leaves one log line (`ops._logging` routes
+"""A tqdm bar that draws nothing and leaves one log line (`ops.logs.configure` routes
 transformers' bars here). Imported only where transformers, and so tqdm, is installed."""
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ import yaml
 from agentrl.environments import EnvError, expand_task_name
 from agentrl.trainer import ModelError, resolve_model
 
-from ._eval import EvalError, eval_problems, evaluate, format_table, with_split
-from ._logging import configure_logging
-from ._report import ReportError, write_report
+from ..eval.evaluate import EvalError, eval_problems, evaluate, format_table, with_split
+from ..logs.configure import configure_logging
+from ..report.plots import ReportError, write_report
 
 __all__ = ["main"]
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ._compare import CompareError, compare_reports, format_comparison, load_report
+    from ..eval.compare import CompareError, compare_reports, format_comparison, load_report
 
     if args.resamples < 100:
         print("agentrl compare: --resamples must be >= 100", file=sys.stderr)
@@ -206,8 +206,8 @@ def _compare(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ._config import ConfigError, load_config
-    from ._supervisor import Supervisor
+    from ..config.load import ConfigError, load_config
+    from ..run.supervisor import Supervisor
 
     try:
         cfg = load_config(args.config, broker=args.broker, run=args.run)
@@ -224,15 +224,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from .trace import trace_command
+    from ..trace import trace_command
 
     return trace_command(Path(args.run_dir), args.host, args.port, tokenizer=args.tokenizer)
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from ._config import ConfigError, load_config
-    from ._sft import SFTError, run_sft
-    from ._sft_data import SFTDataError
+    from ..config.load import ConfigError, load_config
+    from ..sft.data import SFTDataError
+    from ..sft.train import SFTError, run_sft
 
     try:
         cfg = load_config(args.config, run=args.run)

@@ -3,11 +3,11 @@
 A small model that never completes a task gives GRPO groups of equal rewards,
 hence zero advantages and no signal. The warm start trains the run's model for
 ``steps`` AdamW updates on oracle episodes of the run's tasks (their train
-split, mixed by the tasks' weights, `_sft_data`), with the token-mean NLL of
+split, mixed by the tasks' weights, `sft.data`), with the token-mean NLL of
 the assistant tokens (`agentrl.trainer._sft`), through the run's own learner
 backend (``learner.backend``: torch or megatron) and its grad clipping. It ends
 with checkpoint ``runs/<run>/checkpoints/v<steps>`` written by the backend's
-``save`` and the warm-start record (`_warmstart`): ``agentrl-supervisor start``
+``save`` and the warm-start record (`sft.warm_start`): ``agentrl-supervisor start``
 then resumes the RL run at that version, with the warm-started model as the
 KL reference.
 
@@ -32,10 +32,10 @@ from agentrl.actors import EpisodeLimits
 from agentrl.environments import ChatFormat
 from agentrl.trainer import LearnerBackend, TorchLearner, build_batch, load_tokenizer, resolve_model
 
-from ._config import RunConfig
-from ._sft_data import OracleMix, make_train_task
-from ._supervisor import latest_checkpoint
-from ._warmstart import WarmStart, write_warm_start
+from ..config.load import RunConfig
+from ..run.supervisor import latest_checkpoint
+from .data import OracleMix, make_train_task
+from .warm_start import WarmStart, write_warm_start
 
 log = structlog.get_logger(__name__)
 

@@ -35,7 +35,7 @@ def _bars_to_log() -> None:
         from transformers.utils import logging as hf_logging
     except ImportError:  # no transformers here (an environment worker): no bars to route
         return
-    from ._bars import LoggedBar  # tqdm comes with transformers, not with every install
+    from .bars import LoggedBar  # tqdm comes with transformers, not with every install
 
     def hook(factory, args, kwargs):
         if not hf_logging.is_progress_bar_enabled():

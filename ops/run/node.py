@@ -287,7 +287,7 @@ def role_argv(argv: Sequence[str], role: str, node: str, torch_threads: int) -> 
     return [
         sys.executable,
         "-m",
-        "agentrl.ops.cli",
+        "agentrl.ops.cli.agentrl_supervisor",
         *out,
         "--roles",
         role,

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ._typed import build_dataclass
+from .typed import build_dataclass
 
 __all__ = [
     "ConfigError",

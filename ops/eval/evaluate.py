@@ -49,9 +49,9 @@ from agentrl.actors import EpisodeLimits, SamplerEngine, is_success
 from agentrl.environments import EnvError, make_task
 from agentrl.messages import EpisodeRequest, Trajectory
 
-from ._eval_run import EvalError, run_episodes
-from ._supervisor import torch_engine
-from ._task_split import make_on_split
+from ..run.supervisor import torch_engine
+from .episodes import EvalError, run_episodes
+from .task_split import make_on_split
 
 log = structlog.get_logger(__name__)
 

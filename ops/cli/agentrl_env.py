@@ -28,8 +28,8 @@ from agentrl.environments._check import AGENTS, check, scripted_agents, teacher_
 from agentrl.environments._conformance import conformance
 from agentrl.environments._protocol import EnvError
 
-from ._logging import configure_logging
-from ._task_split import make_on_split
+from ..eval.task_split import make_on_split
+from ..logs.configure import configure_logging
 
 __all__ = ["main"]
 
@@ -83,7 +83,7 @@ def _options(items: list[str]) -> dict | None:
 def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     from agentrl.environments._worker import EnvWorker
 
-    from ._config import read_broker
+    from ..config.load import read_broker
 
     options = _options(args.option)
     if options is None:

@@ -64,15 +64,15 @@ from agentrl.trainer import (
     resolve_model,
 )
 
-from ._config import RunConfig
-from ._disk import DiskCheck
-from ._interrupt import Interrupts
-from ._node import FATAL_EXIT
-from ._preflight import check_models
-from ._progress import EpisodeTally, Progress, format_summary
-from ._run_lock import LOCK_WAIT, RunLock, RunLocked, hold_run_lock, take_learner_lock
-from ._tensorboard import EventWriter
-from ._warmstart import kl_reference, read_warm_start
+from ..config.load import RunConfig
+from ..report.tensorboard import EventWriter
+from ..sft.warm_start import kl_reference, read_warm_start
+from .disk import DiskCheck
+from .interrupt import Interrupts
+from .node import FATAL_EXIT
+from .preflight import check_models
+from .progress import EpisodeTally, Progress, format_summary
+from .run_lock import LOCK_WAIT, RunLock, RunLocked, hold_run_lock, take_learner_lock
 
 log = structlog.get_logger(__name__)
 
@@ -374,7 +374,7 @@ class Supervisor:
                         )
                     )
         if "serve" in self.roles:  # imported here: FastAPI and uvicorn only where it runs
-            from .serve import KEY_FILE, ServeServer, ServeService, resolve_api_key
+            from ..serve import KEY_FILE, ServeServer, ServeService, resolve_api_key
 
             key, source = resolve_api_key(cfg.serve.api_key, cfg.run_dir)
             service = ServeService(

@@ -15,13 +15,9 @@ from agentrl.actors._ledger import read_ledger
 from agentrl.messages import BrokerLoginRefused, BrokerRefused, BrokerUnavailable, TransportError
 from agentrl.trainer import ModelError
 
-from ._config import BROKER_ENV, ConfigError, load_config, read_broker
-from ._interrupt import ABORT_EXIT
-from ._logging import configure_logging
-from ._node import FATAL_EXIT, NODE_PID_ENV, NodeSupervisor, die_with_node, role_argv
-from ._preflight import broker_problem, check_models
-from ._run_lock import hold_run_lock
-from ._status import (
+from ..config.load import BROKER_ENV, ConfigError, load_config, read_broker
+from ..logs.configure import configure_logging
+from ..report.status import (
     StatusError,
     client_for,
     controller_status,
@@ -29,7 +25,11 @@ from ._status import (
     format_status,
     status_json,
 )
-from ._supervisor import (
+from ..run.interrupt import ABORT_EXIT
+from ..run.node import FATAL_EXIT, NODE_PID_ENV, NodeSupervisor, die_with_node, role_argv
+from ..run.preflight import broker_problem, check_models
+from ..run.run_lock import hold_run_lock
+from ..run.supervisor import (
     DEFAULT_ROLES,
     ROLES,
     RunLocked,
@@ -40,7 +40,7 @@ from ._supervisor import (
     stop_run,
     take_learner_lock,
 )
-from ._warmstart import WarmStartError
+from ..sft.warm_start import WarmStartError
 
 __all__ = ["main"]
 
