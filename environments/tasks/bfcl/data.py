@@ -8,12 +8,16 @@
   none (their check is "a call or not").
 - Tools: ``convert_to_tool(functions, GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS)``,
   what BFCL hands an OpenAI-compatible function-calling model.
+- Backends: the classes a multi-turn entry's calls run on (``involved_classes``, found
+  through ``CLASS_FILE_PATH_MAPPING``), their public methods and a method's parameters.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib
+import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +30,12 @@ __all__ = [
     "MULTI_TURN_CATEGORIES",
     "RELEVANCE_CATEGORIES",
     "Entry",
+    "backend_class",
+    "backend_methods",
     "entries",
     "expand",
     "language",
+    "method_parameters",
     "to_tools",
 ]
 
@@ -148,3 +155,30 @@ def to_tools(functions: list[dict]) -> list[dict]:
         bfcl.type_mappings.GORILLA_TO_OPENAPI,
         bfcl.enums.ModelStyle.OPENAI_COMPLETIONS,
     )
+
+
+def backend_class(class_name: str) -> type:
+    """One of BFCL's backend classes (``GorillaFileSystem``) by name."""
+    path = load().backend_config.CLASS_FILE_PATH_MAPPING[class_name]
+    return getattr(importlib.import_module(path), class_name)
+
+
+@functools.cache
+def backend_methods(class_names: tuple[str, ...]) -> frozenset[str]:
+    """The public methods of these backend classes: what BFCL's
+    ``execute_multi_turn_func_call`` can run, offered in the prompt or not."""
+    return frozenset(
+        name
+        for class_name in class_names
+        for name, _ in inspect.getmembers(backend_class(class_name), inspect.isfunction)
+        if not name.startswith("_")
+    )
+
+
+def method_parameters(entry: Entry, method: str) -> list[str]:
+    """The parameter names of ``method`` of one of the entry's backend classes, in order."""
+    for class_name in entry.prompt["involved_classes"]:
+        cls = backend_class(class_name)
+        if hasattr(cls, method):
+            return [p for p in inspect.signature(getattr(cls, method)).parameters if p != "self"]
+    raise ValueError(f"bfcl: {entry.id}: no backend has a method {method!r}")
