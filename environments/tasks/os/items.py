@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from agentrl.environments._protocol import SampleError
+from agentrl.environments.tasks.toolkit.split import split_items
 
 __all__ = [
     "FULL_LEVEL",
@@ -32,6 +33,7 @@ __all__ = [
     "Script",
     "content_key",
     "data_files",
+    "items_of_split",
     "load_items",
     "parse_item",
     "scripts_root",
@@ -138,8 +140,17 @@ def content_key(item: OSItem) -> str:
     """What makes an item itself, for the train/test split: its description and judge.
 
     Items with one key (AgentBench's files repeat some, or ask one question of two images)
-    are kept together on one side of the split (`tasks.os.task`)."""
+    are kept together on one side of the split (`items_of_split`)."""
     return repr((item.description, item.match, item.check, item.init))
+
+
+def items_of_split(items: list[OSItem], split: str, seed: int) -> list[OSItem]:
+    """The items of ``split``; items with one `content_key` (a repeated item, one question
+    of two images) share their side, so none is on both."""
+    keys = [content_key(item) for item in items]
+    distinct = list(dict.fromkeys(keys))
+    side = set(split_items(distinct, distinct, split, seed))
+    return [item for item, key in zip(items, keys, strict=True) if key in side]
 
 
 def _script(raw: Any, where: str, root: Traversable) -> Script:

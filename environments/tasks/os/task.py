@@ -72,7 +72,7 @@ from agentrl.environments.tasks.os.items import (
     FULL_LEVEL,
     ItemError,
     OSItem,
-    content_key,
+    items_of_split,
     load_items,
 )
 from agentrl.environments.tasks.os.judge import judge
@@ -86,13 +86,14 @@ from agentrl.environments.tasks.os.sandbox import (
     open_sandbox,
 )
 from agentrl.environments.tasks.os.shell import SHELLS, AgentShell, FreshShell
-from agentrl.environments.tasks.os.terminal import Terminal
+from agentrl.environments.tasks.os.terminal import open_terminal
 from agentrl.environments.tasks.os.tools import (
     INVALID_FUNCTION,
     NO_TOOL_CALL,
     QUESTION,
     SYSTEM_PROMPT,
     TOOLS,
+    limit_notes,
     observation,
     passable,
 )
@@ -103,7 +104,7 @@ from agentrl.environments.tasks.toolkit.episode import (
     no_tool_call,
 )
 from agentrl.environments.tasks.toolkit.levels import LevelPlan, check_levels, pick
-from agentrl.environments.tasks.toolkit.split import check_split, split_items
+from agentrl.environments.tasks.toolkit.split import check_split
 from agentrl.messages import ChatMessage, ToolCall
 
 __all__ = ["CHECK_AGENTS", "OSTask", "observation"]
@@ -179,7 +180,7 @@ class OSTask:
         self._seed = seed
         self._levels = check_levels(levels, (*GENERATED_LEVELS, FULL_LEVEL), "os")
         items = load_items(data, scripts) if FULL_LEVEL in self._levels else []
-        self._items = _split(items, split, seed)
+        self._items = items_of_split(items, split, seed)
         if FULL_LEVEL in self._levels and not self._items:
             raise ValueError(f"os: the {split} split of the data holds no item")
         self._plan = LevelPlan(self._levels, FULL_LEVEL, len(self._items), generated)
@@ -322,15 +323,7 @@ class OSTask:
 
     def _open_shell(self, sandbox: Sandbox) -> AgentShell:
         """The session's shell (the ``shell`` option, `tasks.os.shell`)."""
-        if self._shell == "fresh":
-            return FreshShell(sandbox)
-        terminal = Terminal(sandbox.open_terminal())
-        try:
-            terminal.open()
-        except BaseException:
-            terminal.close()
-            raise
-        return terminal
+        return FreshShell(sandbox) if self._shell == "fresh" else open_terminal(sandbox)
 
     def _bash(self, session: _Session, script: str) -> Step | str:
         if session.shell.ended:  # AgentBench: writing to the closed stream raises
@@ -344,19 +337,8 @@ class OSTask:
             if self._timeout_ends:  # AgentBench: execute_shell's TimeoutError ends the sample
                 return self._end(session, Status.TASK_LIMIT_REACHED, "command timeout")
         killed = self._timeout if result.timed_out else None
-        notes = self._notes(result.text)
+        notes = limit_notes(result.text, self._limits)
         return observation(result.text, self._output_chars, killed, notes)
-
-    def _notes(self, output: str) -> list[str]:
-        """A line per sandbox limit a command's output shows it hit."""
-        notes = []
-        if "No space left on device" in output or "Disk quota exceeded" in output:
-            notes.append(f"the session's disk quota of {self._limits.disk_mb} MB is full")
-        if "Resource temporarily unavailable" in output or "retry: fork" in output:
-            notes.append(f"the session's limit of {self._limits.pids} processes was reached")
-        if "File too large" in output:
-            notes.append(f"a file may hold at most {self._limits.file_mb} MB")
-        return notes
 
     def _judge(self, session: _Session, answer: str | None) -> bool:
         return judge(session.item, session.sandbox, answer, self._check_timeout, session.index)
@@ -394,12 +376,3 @@ class OSTask:
             success=success,
             metrics=metrics,
         )
-
-
-def _split(items: list[OSItem], split: str, seed: int) -> list[OSItem]:
-    """The items of ``split``; items with one `content_key` (a repeated item, one question
-    of two images) share their side, so none is on both."""
-    keys = [content_key(item) for item in items]
-    distinct = list(dict.fromkeys(keys))
-    side = set(split_items(distinct, distinct, split, seed))
-    return [item for item, key in zip(items, keys, strict=True) if key in side]

@@ -26,10 +26,19 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from agentrl.environments.tasks.os.sandbox import SandboxError
+from agentrl.environments.tasks.os.sandbox import Sandbox, SandboxError
 from agentrl.environments.tasks.os.shell import ShellOutput
 
-__all__ = ["FIRST_PROMPT_S", "PROMPT", "UNDECODABLE", "FdIO", "Terminal", "TerminalIO", "clean"]
+__all__ = [
+    "FIRST_PROMPT_S",
+    "PROMPT",
+    "UNDECODABLE",
+    "FdIO",
+    "Terminal",
+    "TerminalIO",
+    "clean",
+    "open_terminal",
+]
 
 PROMPT = re.compile(rb"\x1b.+@.+[#|$] ")
 """A prompt as AgentBench finds one: a title or colour sequence, ``user@host``, then
@@ -149,6 +158,18 @@ class Terminal:
     def close(self) -> None:
         """End the shell and everything it started."""
         self._io.close()
+
+
+def open_terminal(sandbox: Sandbox) -> Terminal:
+    """A `Terminal` on ``sandbox`` with its login shell up to its first prompt (the
+    ``terminal`` shell of the ``os`` task); closed again when it does not come up."""
+    terminal = Terminal(sandbox.open_terminal())
+    try:
+        terminal.open()
+    except BaseException:
+        terminal.close()
+        raise
+    return terminal
 
 
 class FdIO:

@@ -8,8 +8,12 @@ truncation mark and the bad-call texts are AgentBench's (``os_interaction/task.p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agentrl.environments._toolcalls import function_tool
+
+if TYPE_CHECKING:
+    from agentrl.environments.tasks.os.sandbox import Limits
 
 __all__ = [
     "INVALID_FUNCTION",
@@ -19,6 +23,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "TOOLS",
     "TRUNCATED",
+    "limit_notes",
     "observation",
     "passable",
 ]
@@ -98,6 +103,18 @@ def observation(
     for note in notes:
         text += f"\n[{note}]"
     return text
+
+
+def limit_notes(output: str, limits: Limits) -> list[str]:
+    """A line per sandbox limit a command's output shows it hit (`observation`'s notes)."""
+    notes = []
+    if "No space left on device" in output or "Disk quota exceeded" in output:
+        notes.append(f"the session's disk quota of {limits.disk_mb} MB is full")
+    if "Resource temporarily unavailable" in output or "retry: fork" in output:
+        notes.append(f"the session's limit of {limits.pids} processes was reached")
+    if "File too large" in output:
+        notes.append(f"a file may hold at most {limits.file_mb} MB")
+    return notes
 
 
 def passable(text: object) -> bool:
