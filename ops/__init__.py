@@ -13,7 +13,8 @@ folders' ``__init__`` files import nothing for the same reason.
 
 import importlib
 
-from .config.load import ConfigError, RunConfig, load_config, parse_config
+from .config.load import ConfigError, load_config, parse_config
+from .config.schema import RunConfig
 from .logs.configure import configure_logging
 
 _LAZY = {
@@ -30,9 +31,9 @@ _LAZY = {
     "QueueStat": "report.status",
     "StatusError": "report.status",
     "format_status": "report.status",
-    "ROLES": "run.supervisor",
+    "ROLES": "run.roles",
     "Supervisor": "run.supervisor",
-    "latest_checkpoint": "run.supervisor",
+    "latest_checkpoint": "run.run_dir",
 }
 
 

@@ -25,21 +25,15 @@ from ..report.status import (
     format_status,
     status_json,
 )
+from ..run.engines import node_torch_threads
 from ..run.interrupt import ABORT_EXIT
 from ..run.node import FATAL_EXIT, NODE_PID_ENV, NodeSupervisor, die_with_node, role_argv
 from ..run.preflight import broker_problem, check_models
-from ..run.run_lock import hold_run_lock
-from ..run.supervisor import (
-    DEFAULT_ROLES,
-    ROLES,
-    RunLocked,
-    Supervisor,
-    clear_leftovers,
-    earlier_start,
-    node_torch_threads,
-    stop_run,
-    take_learner_lock,
-)
+from ..run.queues import clear_leftovers, stop_run
+from ..run.roles import DEFAULT_ROLES, ROLES
+from ..run.run_dir import earlier_start
+from ..run.run_lock import RunLocked, hold_run_lock, take_learner_lock
+from ..run.supervisor import Supervisor
 from ..sft.warm_start import WarmStartError
 
 __all__ = ["main"]

@@ -49,7 +49,7 @@ from agentrl.actors import EpisodeLimits, SamplerEngine, is_success
 from agentrl.environments import EnvError, make_task
 from agentrl.messages import EpisodeRequest, Trajectory
 
-from ..run.supervisor import torch_engine
+from ..run.engines import torch_engine
 from .episodes import EvalError, run_episodes
 from .task_split import make_on_split
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from agentrl.messages import BrokerLoginRefused, BrokerUnavailable, connect
 from agentrl.trainer import resolve_model
 
-from ..config.load import RunConfig
+from ..config.schema import RunConfig
 
 __all__ = ["PROBE_TIMEOUT", "broker_problem", "check_models"]
 

@@ -1,20 +1,17 @@
 """Build the actors of a run from its config, start them, watch them, stop them.
 
-Builder functions turn the config into plain constructor arguments; actors
-never see the config object.
+Builder functions (`roles.py`, `engines.py`) turn the config into plain constructor
+arguments; actors never see the config object.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import pykka
@@ -24,108 +21,43 @@ import yaml
 
 from agentrl.actors import (
     ControllerActor,
-    EpisodeLimits,
     LearnerActor,
     RolloutActor,
     SamplerActor,
     SamplerEngine,
-    TaskEntry,
     TopologySpec,
-    TorchEngine,
     declare,
     decode_or_dead_letter,
     subscribe,
 )
-from agentrl.actors._checkpoint import missing_rows
-from agentrl.actors._env_registry import RegistryTimes
-from agentrl.actors._ledger import LEDGER_DIR
-from agentrl.actors._trace_store import TRACE_FILE, TraceWriter
-from agentrl.actors.engines.vllm.engine import VLLMEngine
-from agentrl.environments import ChatFormat, make_task
+from agentrl.environments import make_task
 from agentrl.environments._containers import ENV_WORKER_IMAGE, EnvWorkerContainers
 from agentrl.environments._worker import EnvWorker
 from agentrl.messages import (
-    BrokerRefused,
     CheckpointReady,
     ControlCommand,
     Delivery,
     Topology,
     Transport,
-    Unroutable,
     connect,
-    encode,
 )
-from agentrl.trainer import (
-    LearnerBackend,
-    LoraSpec,
-    TorchLearner,
-    checkpoint_digest,
-    load_tokenizer,
-    resolve_model,
-)
+from agentrl.trainer import LearnerBackend, checkpoint_digest, load_tokenizer, resolve_model
 
-from ..config.load import RunConfig
-from ..report.tensorboard import EventWriter
-from ..sft.warm_start import kl_reference, read_warm_start
-from .disk import DiskCheck
+from ..config.schema import RunConfig
+from ..sft.warm_start import read_warm_start
+from .engines import megatron_backend, node_torch_threads, torch_backend
 from .interrupt import Interrupts
 from .node import FATAL_EXIT
 from .preflight import check_models
 from .progress import EpisodeTally, Progress, format_summary
-from .run_lock import LOCK_WAIT, RunLock, RunLocked, hold_run_lock, take_learner_lock
+from .queues import clear_leftovers, queue_exists
+from .roles import DEFAULT_ROLES, ROLES, controller_args, learner_args, rollout_args, sampler_args
+from .run_dir import earlier_start, latest_checkpoint, redacted_config, write_config
+from .run_lock import LOCK_WAIT, RunLock, hold_run_lock, take_learner_lock
 
 log = structlog.get_logger(__name__)
 
-__all__ = [
-    "DEFAULT_ROLES",
-    "ROLES",
-    "RunLocked",
-    "Supervisor",
-    "latest_checkpoint",
-    "take_learner_lock",
-    "torch_engine",
-]
-
-ROLES = ("controller", "rollout", "sampler", "learner", "env", "serve")
-DEFAULT_ROLES = ("controller", "rollout", "sampler", "learner", "env")
-"""What a start runs unless ``--roles`` says otherwise: ``serve`` (the OpenAI-compatible
-endpoint, `agentrl.ops.serve`) only when asked for."""
-
-
-def latest_checkpoint(ckpt_dir: Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint (one with a DIGEST file) under `ckpt_dir`."""
-    found = [
-        (int(p.name[1:]), p)
-        for p in ckpt_dir.glob("v[0-9]*")
-        if p.is_dir() and (p / "DIGEST").exists()
-    ]
-    return max(found) if found else None
-
-
-def torch_engine(
-    weights: Path,
-    version: int,
-    max_batch: int,
-    *,
-    dtype: str,
-    seed: int,
-    prefix_cache_tokens: int = 16384,
-    device: str = "cpu",
-) -> SamplerEngine:
-    """The torch sampler engine on `weights` and `device`, its generations labelled `version`.
-
-    The signature (after the keywords are bound) is the `make_engine` of
-    `Supervisor` and of `evaluate`.
-    """
-    return TorchEngine(
-        weights,
-        device=device,
-        max_batch=max_batch,
-        dtype=dtype,
-        seed=seed,
-        version=version,
-        prefix_cache_tokens=prefix_cache_tokens,
-    )
+__all__ = ["LEARNER_STOP_TIMEOUT", "STOP_TIMEOUT", "Supervisor"]
 
 
 class Supervisor:
@@ -159,7 +91,9 @@ class Supervisor:
         self.node = node or socket.gethostname()
         self._make_engine = make_engine
         self._make_backend = make_backend or (
-            self._megatron_backend if cfg.learner.backend == "megatron" else self._torch_backend
+            self._megatron_backend
+            if cfg.learner.backend == "megatron"
+            else functools.partial(torch_backend, cfg)
         )
         self._backend: LearnerBackend | None = None  # the megatron one, closed in stop()
         self.done = threading.Event()
@@ -192,7 +126,7 @@ class Supervisor:
             if "learner" in self.roles and self._run_lock is None:
                 self._run_lock = hold_run_lock(cfg.run_dir, cfg.run)
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
-            _write_config(cfg.run_dir, yaml.safe_dump(_redacted(cfg), sort_keys=False))
+            write_config(cfg.run_dir, yaml.safe_dump(redacted_config(cfg), sort_keys=False))
             if install_signals:
                 waits = (
                     "the learner to finish its update and write its checkpoint"
@@ -267,94 +201,28 @@ class Supervisor:
                 "learner", LearnerActor, **self._learner_args(spec, weights, version, tokenizer)
             )
         if "sampler" in self.roles:
-            for pool, pc in cfg.pools.items():
-                pool_weights = resolve_model(pc.model) if pc.model else weights
-                device = pc.device or cfg.learner.device
-                make_engine = self._make_engine or (
-                    functools.partial(self._vllm_engine, device=device)
-                    if pc.engine == "vllm"
-                    else functools.partial(
-                        self._torch_engine,
-                        prefix_cache_tokens=pc.prefix_cache_tokens,
-                        device=device,
-                    )
-                )
-                for i in range(pc.replicas):
-                    self._spawn(
-                        f"sampler-{pool}-{i}",
-                        SamplerActor,
-                        broker=cfg.broker,
-                        topology=spec,
-                        pool=pool,
-                        every=pc.every,
-                        engine_factory=functools.partial(
-                            make_engine, pool_weights, version, pc.max_batch
-                        ),
-                        sampler_id=f"sampler-{self.node}-{pool}-{i}",
-                        node=self.node,
-                        prefetch=2 * pc.max_batch,
-                    )
+            for name, args in sampler_args(
+                cfg, spec, weights, version, node=self.node, make_engine=self._make_engine
+            ):
+                self._spawn(name, SamplerActor, **args)
         if "controller" in self.roles:
             self._spawn(
                 "controller",
                 ControllerActor,
-                broker=cfg.broker,
-                topology=spec,
-                tasks={
-                    name: TaskEntry(
-                        weight=t.weight,
-                        num_instances=make_task(t.factory(name), **t.options).num_instances,
-                        schedule=tuple((v, w) for v, w in t.schedule) if t.schedule else None,
-                    )
-                    for name, t in cfg.tasks.items()
-                },
-                group_size=cfg.rollout.group_size,
-                episodes_per_batch=cfg.episodes_per_batch,
-                max_staleness=cfg.staleness.max,
-                initial=initial,
-                seed=cfg.seed,
-                env_times=RegistryTimes(
-                    cfg.env_registry.unresponsive_after,
-                    cfg.env_registry.dead_after,
-                    cfg.env_registry.orphan_grace,
-                    cfg.env_registry.idle_limit,
+                **controller_args(
+                    cfg,
+                    spec,
+                    initial,
+                    first_version=self._first_version(),
+                    untrained_gone=episodes_gone,
                 ),
-                reconcile_interval=cfg.env_registry.reconcile_interval,
-                ledger_dir=cfg.run_dir / LEDGER_DIR,
-                first_version=self._first_version(),
-                untrained_gone=episodes_gone,
             )
         if "rollout" in self.roles:
-            r = cfg.rollout
-            for i in range(r.workers):
+            for i in range(cfg.rollout.workers):
                 self._spawn(
                     f"rollout-{i}",
                     RolloutActor,
-                    broker=cfg.broker,
-                    topology=spec,
-                    environments={
-                        n: make_task(t.factory(n), **t.options)
-                        for n, t in cfg.tasks.items()
-                        if not t.remote
-                    },
-                    remote_tasks=[n for n, t in cfg.tasks.items() if t.remote],
-                    chat_format=ChatFormat(tokenizer),
-                    pool_weights={p: pc.weight for p, pc in cfg.pools.items()},
-                    limits=EpisodeLimits(
-                        max_turns=r.max_turns,
-                        max_tokens=r.max_tokens,
-                        max_new_tokens=r.max_new_tokens,
-                        temperature=r.temperature,
-                        top_p=r.top_p,
-                        penalty=r.penalty,
-                        generate_timeout=r.generate_timeout,
-                    ),
-                    concurrency=r.concurrency,
-                    rollout_id=f"rollout-{self.node}-{i}",
-                    on_episode=tally.add,
-                    on_running=tally.running,
-                    node=self.node,
-                    seed=cfg.seed + i,
+                    **rollout_args(cfg, spec, tokenizer, i, node=self.node, tally=tally),
                 )
         status = connect(cfg.broker, name=f"{cfg.run}-{self.node}-status")
         declare(status, spec)  # the control exchange may not exist yet (idempotent)
@@ -402,73 +270,29 @@ class Supervisor:
         subscribe(status, Topology(cfg.run).control, self._on_command, routing_key="command.#")
 
     def _learner_args(self, spec, weights: Path, version: int, tokenizer) -> dict:
-        cfg, ln = self.cfg, self.cfg.learner
-        metrics_path = cfg.run_dir / "metrics.jsonl"
-        events = EventWriter(cfg.run_dir / "tensorboard")
-
-        def on_metrics(values: dict[str, float], now: float | None = None) -> None:
-            now = time.time() if now is None else now
-            with self._metrics_lock:
-                self.last_metrics = dict(values)
-            with metrics_path.open("a") as fh:
-                fh.write(json.dumps({"time": now, **values}) + "\n")
-            events.add_scalars(int(values.get("version", 0)), values, wall_time=now)
-
-        for row in missing_rows(cfg.run_dir / "checkpoints", metrics_path):
-            log.info("metrics row recovered from its checkpoint", version=row.get("version"))
-            on_metrics({k: v for k, v in row.items() if k != "time"}, row.get("time"))
-
-        samples_path = cfg.run_dir / "samples.jsonl"
-
-        def on_batch(version: int, batch: list) -> None:
-            """Keep the best and the worst episode of each update, decoded, for reading."""
-            ranked = sorted(batch, key=lambda t: t.reward)
-            with samples_path.open("a") as fh:
-                for t in {id(x): x for x in (ranked[-1], ranked[0])}.values():
-                    record = {
-                        "version": version,
-                        "task": t.task,
-                        "index": t.index,
-                        "status": t.status,
-                        "reward": t.reward,
-                        "text": tokenizer.decode(t.token_ids),
-                    }
-                    fh.write(json.dumps(record) + "\n")
-
-        return dict(
-            broker=cfg.broker,
-            topology=spec,
-            backend_factory=functools.partial(self._make_backend, weights, version),
-            checkpoint_dir=cfg.run_dir / "checkpoints",
-            start_version=version,
-            group_size=cfg.rollout.group_size,
-            groups_per_batch=cfg.rollout.groups_per_batch,
-            hard_staleness=cfg.staleness.hard,
-            max_token_lag=cfg.staleness.max_token_lag,
-            task_normalize=ln.task_normalize,
-            task_center=ln.task_center,
-            drop_flat_groups=ln.drop_flat_groups,
-            group_timeout=cfg.staleness.group_timeout,
-            prefetch=cfg.episodes_per_batch * (cfg.staleness.max + 2),
-            pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            max_steps=cfg.max_steps,
+        return learner_args(
+            self.cfg,
+            spec,
+            weights,
+            version,
+            tokenizer,
+            make_backend=self._make_backend,
             first_version=self._first_version(),
-            ledger_dir=cfg.run_dir / LEDGER_DIR,
-            on_metrics=on_metrics,
-            on_batch=on_batch,
+            keep_metrics=self._keep_metrics,
             done=self.done,
-            keep_checkpoints=ln.keep_checkpoints,
             node=self.node,
-            disk_problem=DiskCheck(
-                cfg.run_dir / "checkpoints",
-                model_dir=resolve_model(cfg.model),
-                state_dir=cfg.run_dir / "learner_state",
-            ).problem,
             on_fatal=self._fatal,
-            trace=functools.partial(
-                TraceWriter, cfg.run_dir / TRACE_FILE, tokenizer=str(resolve_model(cfg.model))
-            ),
         )
+
+    def _keep_metrics(self, values: dict[str, float]) -> None:
+        """The learner's latest metrics, for the progress line (actor thread)."""
+        with self._metrics_lock:
+            self.last_metrics = dict(values)
+
+    def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:
+        """The megatron learner, kept to be closed in `stop` after the learner actor."""
+        self._backend = megatron_backend(self.cfg, weights, version, threads=self._torch_threads())
+        return self._backend
 
     def _fatal(self, reason: str) -> None:
         """The learner stopped the run for good (actor thread): said once more at the end."""
@@ -491,92 +315,6 @@ class Supervisor:
         if msg.payload.command == "shutdown":
             log.info("shutdown requested", node=self.node, reason=msg.payload.reason)
             self.done.set()
-
-    def _torch_backend(self, weights: Path, version: int) -> LearnerBackend:
-        cfg, ln = self.cfg, self.cfg.learner
-        return TorchLearner(
-            weights,
-            lr=ln.lr,
-            weight_decay=ln.weight_decay,
-            grad_clip=ln.grad_clip,
-            temperature=cfg.rollout.temperature,
-            clip_low=ln.clip_low,
-            clip_high=ln.clip_high,
-            dual_clip=ln.dual_clip,
-            kl_coef=ln.kl_coef,
-            is_cap=ln.is_cap,
-            warmup_steps=ln.warmup_steps,
-            micro_batch_tokens=ln.micro_batch_tokens,
-            gradient_checkpointing=ln.gradient_checkpointing,
-            autocast=ln.autocast,
-            share_prefix=ln.share_prefix,
-            device=ln.device,
-            dtype=ln.dtype,
-            seed=cfg.seed,
-            version=version,
-            reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
-            state_dir=cfg.run_dir / "learner_state",  # AdamW state, for an exact resume
-            lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
-        )
-
-    def _megatron_backend(self, weights: Path, version: int) -> LearnerBackend:
-        """MegatronLearner: rank 0 here, the other TP x PP x DP ranks as worker processes."""
-        from agentrl.trainer.megatron import MegatronLearner
-
-        cfg, ln = self.cfg, self.cfg.learner
-        self._backend = MegatronLearner(
-            weights,
-            tp=ln.megatron.tp,
-            pp=ln.megatron.pp,
-            dp=ln.megatron.dp,
-            lr=ln.lr,
-            weight_decay=ln.weight_decay,
-            grad_clip=ln.grad_clip,
-            temperature=cfg.rollout.temperature,
-            clip_low=ln.clip_low,
-            clip_high=ln.clip_high,
-            dual_clip=ln.dual_clip,
-            kl_coef=ln.kl_coef,
-            is_cap=ln.is_cap,
-            warmup_steps=ln.warmup_steps,
-            micro_batch_tokens=ln.micro_batch_tokens,
-            dtype=ln.dtype,
-            seed=cfg.seed,
-            version=version,
-            reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
-            state_dir=cfg.run_dir / "learner_state",
-            state_every=ln.megatron.state_every,
-            keep_states=ln.megatron.keep_states,
-            threads=self._torch_threads(),
-            device=ln.device,
-        )
-        return self._backend
-
-    def _torch_engine(
-        self, weights: Path, version: int, max_batch: int, *, prefix_cache_tokens: int, device: str
-    ) -> SamplerEngine:
-        return torch_engine(
-            weights,
-            version,
-            max_batch,
-            device=device,
-            dtype=self.cfg.learner.engine_dtype,
-            seed=self.cfg.seed,
-            prefix_cache_tokens=prefix_cache_tokens,
-        )
-
-    def _vllm_engine(
-        self, weights: Path, version: int, max_batch: int, *, device: str
-    ) -> SamplerEngine:
-        ln = self.cfg.learner  # the learner's dtype (docs/engines.md)
-        return VLLMEngine(
-            weights,
-            device=device,
-            dtype=ln.engine_dtype,
-            max_batch=max_batch,
-            seed=self.cfg.seed,
-            version=version,
-        )
 
     def _stop_workers(self) -> None:
         while self._workers:
@@ -649,101 +387,9 @@ class Supervisor:
             print(f"agentrl-supervisor: {self.fatal}", file=sys.stderr, flush=True)
 
 
-def queue_exists(broker: str, queue: str, run: str) -> bool:
-    """Whether ``queue`` is on ``broker`` (RabbitMQ keeps a run's queues across its
-    processes; an in-process broker starts empty in each)."""
-    transport = connect(broker, name=f"{run}-probe")
-    try:
-        transport.queue_depth(queue)
-    except BrokerRefused:  # 404: no such queue
-        return False
-    finally:
-        transport.close()
-    return True
-
-
-def clear_leftovers(broker: str, run: str) -> None:
-    """Delete the episodes and trajectories queues an earlier run of the same name left
-    (on RabbitMQ queues outlive their run; their messages belong to weights that no longer
-    exist). For the first start of a run, by the node that holds its learner, before its
-    roles start: a node of the run started before it would lose its consumers, so start
-    the learner's node first when a run name is reused."""
-    names = Topology(run)
-    transport = connect(broker, name=f"{run}-setup")
-    try:
-        for queue in (names.episodes, names.trajectories):
-            try:
-                depth = transport.queue_depth(queue)
-            except BrokerRefused:  # 404: no such queue, nothing left over
-                continue
-            if depth:
-                log.warning("fresh run: leftover messages discarded", queue=queue, count=depth)
-            transport.delete_queue(queue)
-    finally:
-        transport.close()
-
-
-def earlier_start(run_dir: Path) -> str | None:
-    """What an earlier start of this run left (its config, newest checkpoint), or None for a
-    run never started (a directory with only a warm start, ``agentrl sft``, counts as new)."""
-    if not (run_dir / "config.yaml").exists():
-        return None
-    latest = latest_checkpoint(run_dir / "checkpoints")
-    newest = f"newest checkpoint v{latest[0]}" if latest else "no checkpoint yet"
-    return f"{run_dir}, {newest}"
-
-
-def _write_config(run_dir: Path, text: str) -> None:
-    """``config.yaml``; a resumed run with another config keeps the earlier one as
-    ``config.<n>.yaml`` (n = 1, 2, ... in order), so no config of the run is lost."""
-    path = run_dir / "config.yaml"
-    if path.exists() and path.read_text() != text:
-        n = 1
-        while (run_dir / f"config.{n}.yaml").exists():
-            n += 1
-        path.rename(run_dir / f"config.{n}.yaml")
-        log.warning("resumed with another config; the earlier one kept", kept=f"config.{n}.yaml")
-    path.write_text(text)
-
-
 STOP_TIMEOUT = 60.0
 """Seconds an actor gets to stop."""
 LEARNER_STOP_TIMEOUT = 1800.0
 """Seconds the learner gets: a stop waits for the update it is in (minutes on a CPU: one
 SmolLM2 update of 16 two-thousand-token episodes took 250-370 s on 2 cores), which then
 writes its checkpoint."""
-
-
-def node_torch_threads(cfg: RunConfig, roles: tuple[str, ...]) -> int:
-    """Intra-op threads per compute process: this node's cores / (engines + learner ranks).
-
-    torch's default (every core in every process) oversubscribes the cores as soon
-    as an engine and the learner share a node, and each then runs several times slower.
-    """
-    engines = sum(p.replicas for p in cfg.pools.values()) if "sampler" in roles else 0
-    ln = cfg.learner
-    learners = ln.megatron.world if ln.backend == "megatron" else 1
-    compute = engines + (learners if "learner" in roles else 0)
-    return max(1, (os.cpu_count() or 1) // max(compute, 1))
-
-
-def stop_run(broker: str, run: str, reason: str) -> bool:
-    """Ask every node of ``run`` to drain and exit; False when no node was listening."""
-    transport = connect(broker, name=f"{run}-stop")
-    try:
-        body = encode(ControlCommand(command="shutdown", reason=reason), run=run)
-        try:
-            transport.publish(Topology(run).control, "command.shutdown", body).result(30)
-        except Unroutable:
-            return False
-        return True
-    finally:
-        transport.close()
-
-
-def _redacted(cfg: RunConfig) -> dict:
-    data = asdict(cfg)
-    if "@" in data["broker"]:
-        scheme, rest = data["broker"].split("://", 1)
-        data["broker"] = f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return data

@@ -38,7 +38,7 @@ from agentrl.messages import (
     encode,
 )
 
-from ..config.load import RunConfig
+from ..config.schema import RunConfig
 from .episodes import EpisodeBook, EpisodeError, ServedEpisode, ServedGroup, read_assistant
 
 log = structlog.get_logger(__name__)

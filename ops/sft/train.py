@@ -32,8 +32,8 @@ from agentrl.actors import EpisodeLimits
 from agentrl.environments import ChatFormat
 from agentrl.trainer import LearnerBackend, TorchLearner, build_batch, load_tokenizer, resolve_model
 
-from ..config.load import RunConfig
-from ..run.supervisor import latest_checkpoint
+from ..config.schema import RunConfig
+from ..run.run_dir import latest_checkpoint
 from .data import OracleMix, make_train_task
 from .warm_start import WarmStart, write_warm_start
 

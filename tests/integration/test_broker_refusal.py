@@ -48,14 +48,14 @@ def test_the_learner_lock_holds_across_processes_and_dies_with_its_holder(amqp_u
     import signal
     import uuid
 
-    from agentrl.ops.run.supervisor import RunLocked, take_learner_lock
+    from agentrl.ops.run.run_lock import RunLocked, take_learner_lock
 
     run = f"lock-{uuid.uuid4().hex[:6]}"
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from agentrl.ops.run.supervisor import take_learner_lock; "
+            "import sys, time; from agentrl.ops.run.run_lock import take_learner_lock; "
             f"lock = take_learner_lock({amqp_url!r}, {run!r}, 'a'); print('held', flush=True); "
             "time.sleep(600)",
         ],
@@ -111,7 +111,7 @@ def test_a_second_learner_node_is_refused_and_changes_nothing(tmp_path, amqp_url
     import uuid
 
     from agentrl.messages import Topology
-    from agentrl.ops.run.supervisor import take_learner_lock
+    from agentrl.ops.run.run_lock import take_learner_lock
 
     run = f"second-{uuid.uuid4().hex[:6]}"
     _leftover(amqp_url, run)
@@ -134,7 +134,7 @@ def test_a_fresh_run_clears_an_earlier_same_named_runs_queues(tmp_path, amqp_url
     import uuid
 
     from agentrl.messages import Topology
-    from agentrl.ops.run.supervisor import clear_leftovers
+    from agentrl.ops.run.queues import clear_leftovers
 
     run = f"fresh-{uuid.uuid4().hex[:6]}"
     _leftover(amqp_url, run)

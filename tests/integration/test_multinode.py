@@ -24,7 +24,7 @@ import yaml
 
 from agentrl.messages import connect
 from agentrl.ops.report.status import controller_status
-from agentrl.ops.run.supervisor import stop_run
+from agentrl.ops.run.queues import stop_run
 from tests.integration.netns import namespaces
 
 pytestmark = pytest.mark.integration

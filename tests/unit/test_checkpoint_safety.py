@@ -134,7 +134,7 @@ def test_disk_check_estimates_the_first_checkpoint_from_the_model(tmp_path):
 
 
 def test_keep_checkpoints_is_bounded_by_default():
-    from agentrl.ops.config.load import LearnerConfig
+    from agentrl.ops.config.schema import LearnerConfig
 
     assert LearnerConfig().keep_checkpoints == 5
 

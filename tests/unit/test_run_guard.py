@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from agentrl.ops.cli.agentrl_supervisor import main
-from agentrl.ops.run import supervisor
-from agentrl.ops.run.supervisor import RunLocked, earlier_start, take_learner_lock
+from agentrl.ops.run.run_dir import earlier_start, write_config
+from agentrl.ops.run.run_lock import RunLocked, take_learner_lock
 
 
 def test_a_second_learner_of_a_run_is_refused_until_the_first_lets_go():
@@ -82,11 +82,11 @@ def test_a_warm_started_directory_counts_as_new(tmp_path):
 def test_a_resume_with_another_config_keeps_the_earlier_one(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    supervisor._write_config(run_dir, "a: 1\n")
-    supervisor._write_config(run_dir, "a: 1\n")  # the same: nothing kept
+    write_config(run_dir, "a: 1\n")
+    write_config(run_dir, "a: 1\n")  # the same: nothing kept
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
-    supervisor._write_config(run_dir, "a: 2\n")
-    supervisor._write_config(run_dir, "a: 3\n")
+    write_config(run_dir, "a: 2\n")
+    write_config(run_dir, "a: 3\n")
     assert (run_dir / "config.1.yaml").read_text() == "a: 1\n"
     assert (run_dir / "config.2.yaml").read_text() == "a: 2\n"
     assert (run_dir / "config.yaml").read_text() == "a: 3\n"

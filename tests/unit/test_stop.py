@@ -11,7 +11,7 @@ import pykka
 from agentrl.actors import TopologySpec, declare
 from agentrl.messages import BrokerRefused, connect
 from agentrl.ops import Supervisor, parse_config
-from agentrl.ops.run.supervisor import stop_run
+from agentrl.ops.run.queues import stop_run
 from tests.smoke_helpers import smoke_config
 
 

@@ -380,7 +380,7 @@ def test_the_learner_scores_a_top_p_token_as_the_sampler_recorded_it(model_dir: 
 
 
 def test_constructor_defaults_are_the_run_configs() -> None:
-    from agentrl.ops.config.load import LearnerConfig
+    from agentrl.ops.config.schema import LearnerConfig
 
     config = LearnerConfig()
     defaults = inspect.signature(TorchLearner.__init__).parameters

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl.ops import ConfigError, parse_config
-from agentrl.ops.run.supervisor import node_torch_threads
+from agentrl.ops.run.engines import node_torch_threads
 
 
 def test_megatron_layout_parses_and_derives_the_world_size():
@@ -54,7 +54,7 @@ def test_each_learner_rank_counts_as_a_compute_process(monkeypatch):
 def test_the_megatron_learner_defaults_are_the_run_configs():
     import inspect
 
-    from agentrl.ops.config.load import LearnerConfig
+    from agentrl.ops.config.schema import LearnerConfig
     from agentrl.trainer.megatron import MegatronLearner
     from agentrl.trainer.megatron._launch import MegatronSpec
 
