@@ -1,18 +1,11 @@
 """The controller: task catalogue, GRPO group dispatch, bounded-staleness admission.
 
-Admission rule (DESIGN "Staleness"): with policy version v, episodes-per-batch B
-and maximum staleness eta, the controller keeps
+Admission (`_admission`): groups are issued while the staleness window of the policy
+version allows, the episodes the learner dropped issued anew; the count of what was
+issued (`IssueBook`) survives a restart in the ledger.
 
-    issued <= (v + eta + 1) * B + retired_without_training
-
-where the last term counts episodes the learner reported as dropped (stale
-groups, groups with too few survivors). Without it a dropped group would leave
-the learner waiting for episodes the controller will never issue.
-eta = 0 is synchronous training: the next batch is issued only after the
-update that consumes the previous one.
-
-The controller also keeps the table of samplers from their heartbeats: the
-version each one serves, per pool (`samplers`, `pool_versions`), and the
+The controller also keeps the table of actors from their heartbeats (`ActorTable`): the
+version each sampler serves, per pool (`samplers`, `pool_versions`), and the
 registry of environment workers (`EnvRegistry`, `env_workers`): every
 ``reconcile_interval`` seconds it cancels orphan and idle sessions on their
 workers and tells rollouts which of their sessions are lost (`SessionsLost` on
@@ -23,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +41,10 @@ from agentrl.messages import (
     encode,
 )
 
+from ._admission import IssueBook
 from ._env_registry import EnvRegistry, RegistryTimes
-from ._groups import DropBook
-from ._ledger import ISSUED_FILE, append_lines, read_lines
+from ._heartbeat import ActorTable
+from ._ledger import ISSUED_FILE, append_lines
 from ._mix import TaskMixer
 from ._wire import (
     TopologySpec,
@@ -119,70 +112,35 @@ class ControllerActor(pykka.ThreadingActor):
         self._names = Topology(topology.run)
         self._tasks = dict(tasks)
         self._group_size = group_size
-        self._batch = episodes_per_batch
-        self._eta = max_staleness
         self._latest = initial
-        self._mixer = TaskMixer(
+        mixer = TaskMixer(
             {n: t.weight for n, t in self._tasks.items()},
             {n: t.num_instances for n, t in self._tasks.items()},
             seed=seed,
             schedules={n: t.schedule for n, t in self._tasks.items() if t.schedule is not None},
         )
-        self._first = first_version
         self._ledger = ledger_dir / ISSUED_FILE if ledger_dir is not None else None
-        self._unconfirmed: list[dict] = []
         self._dropped = 0
-        self._groups = 0
-        self._issued_by_task: dict[str, int] = {t: 0 for t in self._tasks}
-        # Resuming at version v without a ledger: batches first+1..v were issued and trained.
-        self._issued = max(0, initial.version - first_version) * episodes_per_batch
-        self._restore()
+        self._book = IssueBook(
+            self._tasks,
+            mixer,
+            group_size=group_size,
+            episodes_per_batch=episodes_per_batch,
+            max_staleness=max_staleness,
+            first_version=first_version,
+            version=initial.version,
+            ledger=self._ledger,
+            log=self._log,
+        )
         if untrained_gone and ledger_dir is not None:
-            self._forget_untrained(ledger_dir)
-        self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
+            self._book.forget_untrained(ledger_dir, initial.version)
+        self._actors = ActorTable()
         self._learner_metrics: dict[str, float] = {}
         self._registry = EnvRegistry(env_times)
         self._clock = clock
         self._reconcile_every = reconcile_interval
         self._ticker_stop = threading.Event()
         self._transport = None
-
-    def _restore(self) -> None:
-        """Replay the ledger's issued groups: the counts, and the mixer's position (its
-        picks are deterministic given the seed and the version at each pick)."""
-        lines = list(read_lines(self._ledger)) if self._ledger is not None else []
-        entries = [e for e in lines if "group" in e]
-        confirmed = {g for e in lines for g in e.get("confirmed", [])}
-        # journaled, then the controller died before the broker confirmed them: they may or
-        # may not be in the queue, so on_start publishes them again under the same ids (a
-        # copy of an episode is skipped by the learner)
-        self._unconfirmed = [e for e in entries if e["group"] not in confirmed]
-        if not entries:
-            return
-        disagree = 0
-        for entry in entries:
-            task, index = self._mixer.next(int(entry["version"]))
-            disagree += (task, index) != (entry["task"], entry["index"])
-            self._issued_by_task[entry["task"]] = (
-                self._issued_by_task.get(entry["task"], 0) + entry["episodes"]
-            )
-        self._groups = len(entries)
-        self._issued = sum(int(e["episodes"]) for e in entries)
-        if disagree:  # tasks, weights or seed changed since: counts hold, the order is new
-            self._log.warning("ledger and task mixer disagree", groups=disagree)
-        self._log.info("issue count restored from the ledger", groups=self._groups,
-                       issued=self._issued)  # fmt: skip
-
-    def _forget_untrained(self, ledger_dir: Path) -> None:
-        """Count as never issued what the ledger shows issued but neither trained (a batch
-        per version since the first) nor dropped by the learner (`DropBook`)."""
-        trained = max(0, self._latest.version - self._first) * self._batch
-        lost = self._issued - trained - DropBook(ledger_dir).episodes
-        self._unconfirmed = []  # nothing to publish again: the broker is new
-        if lost > 0:
-            self._log.warning("episodes issued before this start are gone with the broker; "
-                              "issuing anew", episodes=lost)  # fmt: skip
-            self._issued -= lost
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -213,13 +171,14 @@ class ControllerActor(pykka.ThreadingActor):
         self._transport.consume(self._names.control_rpc, forward_to(ref, "rpc"), prefetch=16)
         threading.Thread(target=self._tick, name="controller-reconcile", daemon=True).start()
         self._log.info("controller started", version=self._latest.version, tasks=list(self._tasks))
-        if self._unconfirmed:
+        unconfirmed = self._book.unconfirmed
+        if unconfirmed:
             self._log.warning("re-publishing groups journaled but not confirmed",
-                              groups=len(self._unconfirmed))  # fmt: skip
-            futures = [f for e in self._unconfirmed for f in self._publish_group(e)]
+                              groups=len(unconfirmed))  # fmt: skip
+            futures = [f for e in unconfirmed for f in self._publish_group(e)]
             wait_all(futures)
-            append_lines(self._ledger, [{"confirmed": [e["group"] for e in self._unconfirmed]}])
-            self._unconfirmed = []
+            append_lines(self._ledger, [{"confirmed": [e["group"] for e in unconfirmed]}])
+            self._book.unconfirmed = []
         self._admit()
 
     def on_stop(self) -> None:
@@ -253,27 +212,16 @@ class ControllerActor(pykka.ThreadingActor):
         """Counters for the progress line and tests."""
         return {
             "version": self._latest.version,
-            "issued": self._issued,
-            "groups": self._groups,
+            "issued": self._book.issued,
+            "groups": self._book.groups,
             "dropped": self._dropped,
-            "allowance": self._allowance(),
-            **{f"issued/{t}": n for t, n in self._issued_by_task.items()},
+            "allowance": self._book.allowance(self._latest.version, self._dropped),
+            **{f"issued/{t}": n for t, n in self._book.by_task.items()},
         }
 
     def samplers(self) -> dict[str, dict]:
         """Sampler id -> its last heartbeat: pool, node, served version, age in seconds."""
-        now = time.time()
-        return {
-            sid: {
-                "pool": beat.labels.get("pool", ""),
-                "node": beat.node,
-                "version": int(beat.state.get("version", -1)),
-                "served": int(beat.state.get("served", 0)),
-                "age": now - beat.at,
-            }
-            for sid, beat in self._beats.items()
-            if beat.role == "sampler"
-        }
+        return self._actors.samplers()
 
     def status(self, alive_within: float = 30.0) -> dict[str, float]:
         """The run as the controller sees it, flat (the `StatusQuery` reply; docs/metrics.md).
@@ -281,31 +229,16 @@ class ControllerActor(pykka.ThreadingActor):
         Actors count as alive when their last heartbeat is younger than ``alive_within``
         seconds. The learner's latest metrics are included under their own names.
         """
-        now = time.time()
         out: dict[str, float] = dict(self._learner_metrics)
         out.update({f"controller/{k}": float(v) for k, v in self.stats().items()})
-        idle = []
-        for beat in self._beats.values():
-            state = "alive" if now - beat.at < alive_within else "silent"
-            key = f"actors/{beat.node}/{beat.role}/{state}"
-            out[key] = out.get(key, 0.0) + 1
-            if beat.role == "rollout" and state == "alive" and "idle_ratio" in beat.state:
-                idle.append(beat.state["idle_ratio"])
-        if idle:
-            out["rollout/idle_ratio"] = sum(idle) / len(idle)
+        out.update(self._actors.liveness(alive_within))
         out.update(self._registry.status(self._clock()))
-        for pool, versions in self.pool_versions().items():
-            out[f"pool/{pool}/samplers"] = float(len(versions))
-            out[f"pool/{pool}/version_min"] = float(min(versions))
-            out[f"pool/{pool}/version_max"] = float(max(versions))
+        out.update(self._actors.pool_status())
         return out
 
     def pool_versions(self) -> dict[str, list[int]]:
         """Pool -> the versions its samplers serve (sorted, one entry per sampler)."""
-        out: dict[str, list[int]] = {}
-        for info in self.samplers().values():
-            out.setdefault(info["pool"], []).append(info["version"])
-        return {pool: sorted(versions) for pool, versions in out.items()}
+        return self._actors.pool_versions()
 
     # --- environment workers -----------------------------------------------------------
 
@@ -370,9 +303,7 @@ class ControllerActor(pykka.ThreadingActor):
             if dropped > self._dropped:
                 self._dropped = dropped
                 self._admit()
-        known = self._beats.get(beat.actor_id)
-        if known is None or beat.at >= known.at:
-            self._beats[beat.actor_id] = beat
+        self._actors.observe(beat)
         delivery.ack()
 
     def _on_checkpoint(self, delivery: Delivery) -> None:
@@ -410,17 +341,12 @@ class ControllerActor(pykka.ThreadingActor):
 
     # --- admission -------------------------------------------------------------------
 
-    def _allowance(self) -> int:
-        rl_version = self._latest.version - self._first
-        budget = (rl_version + self._eta + 1) * self._batch + self._dropped
-        return budget - self._issued
-
     def _admit(self) -> None:
         """Issue groups while the window allows: each journaled first (fsynced), then
         published, then marked confirmed once the broker has them (`_ledger`)."""
         groups = []
-        while self._allowance() >= self._group_size:
-            groups.append(self._next_group())
+        while self._book.allowance(self._latest.version, self._dropped) >= self._group_size:
+            groups.append(self._book.next_group(self._latest.version))
         if not groups:
             return
         if self._ledger is not None:
@@ -428,21 +354,6 @@ class ControllerActor(pykka.ThreadingActor):
         wait_all([f for g in groups for f in self._publish_group(g)])
         if self._ledger is not None:
             append_lines(self._ledger, [{"confirmed": [g["group"] for g in groups]}])
-
-    def _next_group(self) -> dict:
-        task, index = self._mixer.next(self._latest.version)
-        group = {
-            "group": uuid.uuid4().hex[:12],
-            "task": task,
-            "index": index,
-            "episodes": self._group_size,
-            "version": self._latest.version,
-        }
-        self._groups += 1
-        self._issued += self._group_size
-        self._issued_by_task[task] += self._group_size
-        self._log.debug("group issued", task=task, index=index, group=group["group"])
-        return group
 
     def _publish_group(self, group: dict) -> list:
         futures = []

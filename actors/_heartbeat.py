@@ -4,6 +4,9 @@
 when asked (`beat(event, **gauges)`) and every ``interval`` seconds from its own
 thread, with the gauges of ``state()``. Publishing never blocks the caller and
 never raises: a lost beat only makes the controller's table a little older.
+
+`ActorTable` is that table: the newest beat of each actor, read for the samplers'
+versions per pool and the run's status.
 """
 
 from __future__ import annotations
@@ -75,3 +78,65 @@ class HeartbeatSender:
     def _loop(self) -> None:
         while not self._stopping.wait(self._interval):
             self.beat("alive")
+
+
+class ActorTable:
+    """The controller's table of the run's actors, from their heartbeats: the newest beat
+    of each, the version each sampler serves (per pool) and which actors are alive."""
+
+    def __init__(self) -> None:
+        self._beats: dict[str, Heartbeat] = {}  # actor id -> its latest heartbeat
+
+    def observe(self, beat: Heartbeat) -> None:
+        """Keep ``beat`` unless its actor's known beat is newer (beats may cross)."""
+        known = self._beats.get(beat.actor_id)
+        if known is None or beat.at >= known.at:
+            self._beats[beat.actor_id] = beat
+
+    def samplers(self) -> dict[str, dict]:
+        """Sampler id -> its last heartbeat: pool, node, served version, age in seconds."""
+        now = time.time()
+        return {
+            sid: {
+                "pool": beat.labels.get("pool", ""),
+                "node": beat.node,
+                "version": int(beat.state.get("version", -1)),
+                "served": int(beat.state.get("served", 0)),
+                "age": now - beat.at,
+            }
+            for sid, beat in self._beats.items()
+            if beat.role == "sampler"
+        }
+
+    def pool_versions(self) -> dict[str, list[int]]:
+        """Pool -> the versions its samplers serve (sorted, one entry per sampler)."""
+        out: dict[str, list[int]] = {}
+        for info in self.samplers().values():
+            out.setdefault(info["pool"], []).append(info["version"])
+        return {pool: sorted(versions) for pool, versions in out.items()}
+
+    def liveness(self, alive_within: float) -> dict[str, float]:
+        """``actors/<node>/<role>/<alive|silent>``: actors whose last heartbeat is younger
+        (older) than ``alive_within`` seconds; ``rollout/idle_ratio``: the mean of the
+        alive rollouts' (when they report one)."""
+        now = time.time()
+        out: dict[str, float] = {}
+        idle = []
+        for beat in self._beats.values():
+            state = "alive" if now - beat.at < alive_within else "silent"
+            key = f"actors/{beat.node}/{beat.role}/{state}"
+            out[key] = out.get(key, 0.0) + 1
+            if beat.role == "rollout" and state == "alive" and "idle_ratio" in beat.state:
+                idle.append(beat.state["idle_ratio"])
+        if idle:
+            out["rollout/idle_ratio"] = sum(idle) / len(idle)
+        return out
+
+    def pool_status(self) -> dict[str, float]:
+        """``pool/<pool>/samplers``, ``version_min`` and ``version_max``."""
+        out: dict[str, float] = {}
+        for pool, versions in self.pool_versions().items():
+            out[f"pool/{pool}/samplers"] = float(len(versions))
+            out[f"pool/{pool}/version_min"] = float(min(versions))
+            out[f"pool/{pool}/version_max"] = float(max(versions))
+        return out
