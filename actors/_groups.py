@@ -1,5 +1,5 @@
-"""The learner's GRPO groups: the buffered group, which members train, and the books of
-what was dropped.
+"""The learner's GRPO groups: the buffered group, the buffer that chooses which groups train
+(`GroupBuffer`), which members train, and the books of what was dropped.
 
 Groups: a group is complete when all `group_size` members have arrived. Members
 lost to infrastructure (`metrics.infra_failure`) or whose instance the task could
@@ -29,15 +29,24 @@ their totals continue from the ledger after a restart.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.messages import Delivery, Trajectory
 
 from ._ledger import DROPPED_FILE, append_lines, read_lines
-from ._metrics import is_success
+from ._metrics import has_spread, is_success
 
-__all__ = ["DROP_REASONS", "DropBook", "FlatGroups", "Group", "is_untrained"]
+__all__ = [
+    "DROP_REASONS",
+    "Batch",
+    "DropBook",
+    "FlatGroups",
+    "Group",
+    "GroupBuffer",
+    "is_untrained",
+]
 
 DROP_REASONS = ("stale", "timeout", "too_few_members", "no_spread")
 """Why a group is dropped (`learner/groups_dropped_total/<reason>`, module doc)."""
@@ -143,3 +152,165 @@ class FlatGroups:
         self._dropped.clear()
         self._succeeded.clear()
         return out
+
+
+@dataclass
+class Batch:
+    """The groups of the next update, as `GroupBuffer.next_batch` chose them."""
+
+    trajectories: list[Trajectory]
+    """Their trainable members, oldest group first."""
+    deliveries: list[Delivery]
+    """Every member's delivery, the untrained ones' too: acked with the update."""
+    untrained: list[dict]
+    """Ledger lines of the members left out (`DropBook.left_out`)."""
+    left_out: list[tuple[Trajectory, str]]
+    """The members left out, each with why (``infra_failure``, ``sample_error``)."""
+
+
+Drop = Callable[[str, Group, str], None]
+"""``drop(group_id, group, reason)``: the learner's part of dropping a group that has left
+the buffer (its ledger line, then `GroupBuffer.release` acks its members)."""
+
+
+class GroupBuffer:
+    """The learner's buffer: the groups whose members arrived, and the choice of what trains.
+
+    A member is buffered under its group (`add`); a redelivery or a second copy of one
+    buffered keeps the newest delivery handle, the old one acked with the next update.
+    `sweep` and `next_batch` take out the groups the module doc drops and hand them to
+    ``drop``; a batch is the `groups_per_batch` complete groups with the oldest
+    ``issued_version`` (then the earliest first member) that may train."""
+
+    def __init__(
+        self,
+        *,
+        group_size: int,
+        groups_per_batch: int,
+        hard_staleness: int,
+        group_timeout: float,
+        drop_flat_groups: bool,
+        clock: Callable[[], float],
+        drop: Drop,
+        log,
+    ) -> None:
+        """``log``: the learner's."""
+        self.groups: dict[str, Group] = {}
+        self.flat = FlatGroups()  # per task, flat groups dropped since the update
+        self._seen: set[str] = set()
+        self._to_ack: list[Delivery] = []
+        self._group_size = group_size
+        self._groups_per_batch = groups_per_batch
+        self._hard = hard_staleness
+        self._group_timeout = group_timeout
+        self._drop_flat = drop_flat_groups
+        self._clock = clock
+        self._drop = drop
+        self._log = log
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def add(self, traj: Trajectory, delivery: Delivery) -> bool:
+        """Buffer a member; False (nothing new) for a redelivery of one buffered."""
+        if traj.episode_id in self._seen:
+            # A redelivery (after a reconnect) or a second copy of something buffered:
+            # keep the newest delivery handle; the old one is acked with the next update
+            # (settling a delivery of a dead channel is a no-op).
+            group = self.groups.get(traj.group_id)
+            if group is not None and traj.episode_id in group.members:
+                self._to_ack.append(group.members[traj.episode_id][1])
+                group.members[traj.episode_id] = (traj, delivery)
+            else:
+                self._to_ack.append(delivery)
+            return False
+        self._seen.add(traj.episode_id)
+        group = self.groups.setdefault(traj.group_id, Group(self._clock()))
+        group.members[traj.episode_id] = (traj, delivery)
+        return True
+
+    def sweep(self, version: int) -> int:
+        """Drop every buffered group that is stale or incomplete for too long; how many."""
+        now, dropped = self._clock(), 0
+        for gid, group in list(self.groups.items()):
+            if version - group.oldest() > self._hard:
+                self._take_out(gid, group, "stale")
+            elif (
+                len(group.members) < self._group_size
+                and now - group.first_seen > self._group_timeout
+            ):
+                self._take_out(gid, group, "timeout")
+            else:
+                continue
+            dropped += 1
+        return dropped
+
+    def next_batch(self, version: int) -> Batch | None:
+        """The groups of the next update, out of the buffer (complete groups that may not
+        train are dropped on the way); None while fewer than `groups_per_batch` may."""
+        batch: list[Trajectory] = []
+        used: list[Delivery] = []
+        untrained: list[dict] = []
+        left_out: list[tuple[Trajectory, str]] = []
+        chosen = 0
+        for gid, group in self._complete_groups():
+            members = [t for t in group.trajectories() if not is_untrained(t)]
+            stale = version - group.oldest() > self._hard
+            if stale or len(members) < 2:
+                self._take_out(gid, group, "stale" if stale else "too_few_members")
+                continue
+            if self._drop_flat and not has_spread(members):
+                self.flat.add(members)
+                self._warn_if_only_flat(version)  # before the drop's report, which tests wait on
+                self._take_out(gid, group, "no_spread")
+                continue
+            if chosen == self._groups_per_batch:
+                break
+            batch.extend(members)
+            used.extend(d for _, d in group.members.values())
+            for reason in ("infra_failure", "sample_error"):
+                lost = [t for t in group.trajectories() if t.metrics.get(reason)]
+                if lost:
+                    ids = [t.episode_id for t in lost]
+                    untrained.append({"group": gid, "members": ids, "reason": reason})
+                    left_out += [(t, reason) for t in lost]
+            chosen += 1
+        if chosen < self._groups_per_batch:
+            return None
+        for t in batch:
+            self.groups.pop(t.group_id, None)
+        return Batch(batch, used, untrained, left_out)
+
+    def release(self, group: Group) -> None:
+        """Ack the members of a dropped group (after its ledger line) and forget them."""
+        for episode, (_, delivery) in group.members.items():
+            self._seen.discard(episode)
+            delivery.ack()
+
+    def trained(self, batch: list[Trajectory], used: list[Delivery]) -> None:
+        """Ack a trained batch's deliveries and those they superseded; forget its members."""
+        for delivery in [*used, *self._to_ack]:
+            delivery.ack()
+        self._to_ack.clear()
+        for t in batch:
+            self._seen.discard(t.episode_id)
+
+    def _complete_groups(self) -> list[tuple[str, Group]]:
+        ready = [(gid, g) for gid, g in self.groups.items() if len(g.members) >= self._group_size]
+        ready.sort(key=lambda item: (item[1].oldest(), item[1].first_seen))
+        return ready
+
+    def _warn_if_only_flat(self, version: int) -> None:
+        """Dynamic sampling never trains while no group has spread (a policy that fails, or
+        succeeds, at everything): say so every ``4 * groups_per_batch`` flat groups in a row."""
+        fields = self.flat.warning(self._groups_per_batch)
+        if fields is not None:
+            self._log.warning(
+                "only groups without reward spread since the last update: nothing to train on",
+                **fields,
+                version=version,
+            )
+
+    def _take_out(self, gid: str, group: Group, reason: str) -> None:
+        self.groups.pop(gid)
+        self._drop(gid, group, reason)

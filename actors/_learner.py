@@ -41,10 +41,10 @@ from agentrl.messages import (
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._checkpoint import commit, partial_dir, prune_checkpoints, remove_partials
-from ._groups import DropBook, FlatGroups, Group, is_untrained
+from ._groups import DropBook, Group, GroupBuffer
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, TrainedIndex, journal_groups
-from ._metrics import batch_metrics, has_spread
+from ._metrics import batch_metrics
 from ._trace_store import TraceWriter
 from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forward_to
 
@@ -107,15 +107,12 @@ class LearnerActor(pykka.ThreadingActor):
         self._ckpt_dir = Path(checkpoint_dir)
         self._version = start_version
         self._group_size = group_size
-        self._groups_per_batch = groups_per_batch
-        self._hard = hard_staleness
         self._prefetch = prefetch
         self._pad_id = pad_id
         self._task_normalize = task_normalize  # build_batch's (learner.task_normalize)
         self._task_center = task_center  # build_batch's (learner.task_center)
         self._max_token_lag = max_token_lag  # build_batch's (staleness.max_token_lag)
         self._drop_flat = drop_flat_groups
-        self._flat = FlatGroups()  # per task, flat groups dropped since the update
         self._max_steps = max_steps
         self._first_version = first_version
         self._on_metrics = on_metrics
@@ -124,13 +121,19 @@ class LearnerActor(pykka.ThreadingActor):
         self._keep = keep_checkpoints
         self._disk_problem = disk_problem
         self._on_fatal = on_fatal
-        self._groups: dict[str, Group] = {}
-        self._seen: set[str] = set()
-        self._to_ack: list[Delivery] = []
+        self._buffer = GroupBuffer(
+            group_size=group_size,
+            groups_per_batch=groups_per_batch,
+            hard_staleness=hard_staleness,
+            group_timeout=group_timeout,
+            drop_flat_groups=drop_flat_groups,
+            clock=clock,
+            drop=self._drop,
+            log=self._log,
+        )
         self._drops = DropBook(ledger_dir)
         self._trace_factory = trace
         self._trace: TraceWriter | None = None
-        self._group_timeout = group_timeout
         self._sweep_every = sweep_interval
         self._sweeper_stop = threading.Event()
         self._clock = clock
@@ -194,7 +197,7 @@ class LearnerActor(pykka.ThreadingActor):
 
     def buffered(self) -> int:
         """Groups waiting in the buffer (incomplete, or complete but not yet trained)."""
-        return len(self._groups)
+        return len(self._buffer)
 
     def on_receive(self, message):
         kind, delivery = message
@@ -228,38 +231,13 @@ class LearnerActor(pykka.ThreadingActor):
             self._log.info("copy of a trained episode skipped", episode=traj.episode_id)
             delivery.ack()
             return
-        if traj.episode_id in self._seen:
-            # A redelivery (after a reconnect) or a second copy of something buffered:
-            # keep the newest delivery handle; the old one is acked with the next update
-            # (settling a delivery of a dead channel is a no-op).
-            group = self._groups.get(traj.group_id)
-            if group is not None and traj.episode_id in group.members:
-                self._to_ack.append(group.members[traj.episode_id][1])
-                group.members[traj.episode_id] = (traj, delivery)
-            else:
-                self._to_ack.append(delivery)
-            return
-        self._seen.add(traj.episode_id)
-        group = self._groups.setdefault(traj.group_id, Group(self._clock()))
-        group.members[traj.episode_id] = (traj, delivery)
-        self.sweep()
-        self._maybe_train()
+        if self._buffer.add(traj, delivery):  # not a redelivery of one buffered
+            self.sweep()
+            self._maybe_train()
 
     def sweep(self) -> int:
         """Drop every buffered group that is stale or incomplete for too long; how many."""
-        now, dropped = self._clock(), 0
-        for gid, group in list(self._groups.items()):
-            if self._version - group.oldest() > self._hard:
-                self._drop(gid, group, "stale")
-            elif (
-                len(group.members) < self._group_size
-                and now - group.first_seen > self._group_timeout
-            ):
-                self._drop(gid, group, "timeout")
-            else:
-                continue
-            dropped += 1
-        return dropped
+        return self._buffer.sweep(self._version)
 
     def _tick(self) -> None:
         while not self._sweeper_stop.wait(self._sweep_every):
@@ -270,66 +248,20 @@ class LearnerActor(pykka.ThreadingActor):
 
     # --- batching ------------------------------------------------------------------
 
-    def _complete_groups(self) -> list[tuple[str, Group]]:
-        ready = [(gid, g) for gid, g in self._groups.items() if len(g.members) >= self._group_size]
-        ready.sort(key=lambda item: (item[1].oldest(), item[1].first_seen))
-        return ready
-
     def _maybe_train(self) -> None:
         while not self._done.is_set():
-            batch: list[Trajectory] = []
-            used: list[Delivery] = []
-            untrained: list[dict] = []
-            left_out: list[tuple[Trajectory, str]] = []
-            chosen = 0
-            for gid, group in self._complete_groups():
-                members = [t for t in group.trajectories() if not is_untrained(t)]
-                stale = self._version - group.oldest() > self._hard
-                if stale or len(members) < 2:
-                    self._drop(gid, group, "stale" if stale else "too_few_members")
-                    continue
-                if self._drop_flat and not has_spread(members):
-                    self._flat.add(members)
-                    self._warn_if_only_flat()  # before the drop's report, which tests wait on
-                    self._drop(gid, group, "no_spread")
-                    continue
-                if chosen == self._groups_per_batch:
-                    break
-                batch.extend(members)
-                used.extend(d for _, d in group.members.values())
-                for reason in ("infra_failure", "sample_error"):
-                    lost = [t for t in group.trajectories() if t.metrics.get(reason)]
-                    if lost:
-                        ids = [t.episode_id for t in lost]
-                        untrained.append({"group": gid, "members": ids, "reason": reason})
-                        left_out += [(t, reason) for t in lost]
-                chosen += 1
-            if chosen < self._groups_per_batch:
+            chosen = self._buffer.next_batch(self._version)
+            if chosen is None:
                 return
-            for t in batch:
-                self._groups.pop(t.group_id, None)
-            self._train(batch, used, untrained, left_out)
-
-    def _warn_if_only_flat(self) -> None:
-        """Dynamic sampling never trains while no group has spread (a policy that fails, or
-        succeeds, at everything): say so every ``4 * groups_per_batch`` flat groups in a row."""
-        fields = self._flat.warning(self._groups_per_batch)
-        if fields is not None:
-            self._log.warning(
-                "only groups without reward spread since the last update: nothing to train on",
-                **fields,
-                version=self._version,
-            )
+            self._train(chosen.trajectories, chosen.deliveries, chosen.untrained, chosen.left_out)
 
     def _drop(self, gid: str, group: Group, reason: str) -> None:
-        """Drop a group whole: ack what arrived, count all `group_size` episodes (module doc)."""
-        self._groups.pop(gid)
+        """Drop a group whole, out of the buffer already (`GroupBuffer`): ack what arrived,
+        count all `group_size` episodes (module doc)."""
         self._drops.add(gid, self._group_size, reason, self._version)  # before the acks
         if self._trace is not None:
             self._trace.dropped(self._version, reason, group.trajectories())
-        for episode, (_, delivery) in group.members.items():
-            self._seen.discard(episode)
-            delivery.ack()
+        self._buffer.release(group)
         expected = reason == "no_spread"  # dynamic sampling: routine, not a fault
         (self._log.info if expected else self._log.warning)(
             "group dropped",
@@ -391,11 +323,7 @@ class LearnerActor(pykka.ThreadingActor):
         broadcast(self._transport, self._names.checkpoints, "", encode(ready, run=self._spec.run))
         self._version = version
         self._steps += 1
-        for delivery in [*used, *self._to_ack]:
-            delivery.ack()
-        self._to_ack.clear()
-        for t in batch:
-            self._seen.discard(t.episode_id)
+        self._buffer.trained(batch, used)
         self._trained.trained(version, [t.episode_id for t in batch])
         prune_checkpoints(self._ckpt_dir, self._keep)
         self._log.info(
@@ -423,7 +351,7 @@ class LearnerActor(pykka.ThreadingActor):
             **batch_metrics(batch, version, wall=end - self._last_step_end),
         }
         if self._drop_flat:
-            metrics.update(self._flat.metrics({t.task for t in batch}))
+            metrics.update(self._buffer.flat.metrics({t.task for t in batch}))
         return metrics
 
     def _stop_run(self, reason: str) -> None:
