@@ -66,7 +66,7 @@ def sft_gradients(
         count += 1
         if micro.num_tokens == 0:
             continue
-        keep = trained_positions(model, micro, device)  # the LM head where a target is trained
+        keep = trained_positions(micro, device)  # the LM head where a target is trained
         logits = logits_at(model, micro, keep, device, autocast=autocast)
         logp = target_logprobs(logits, micro, keep, 1.0, device)
         nll = masked_nll(logp, micro.loss_mask.to(device))

@@ -10,7 +10,8 @@ the KL reference. Here the rows of one group in a micro-batch share it:
 2. the prefix runs once (batch of 1) with the model's KV cache on; its per-layer keys
    and values are expanded (a view, no copy) to the group's ``n`` rows;
 3. the rows' continuations run on that cache at positions ``s ..`` with the full
-   attention mask, and their logits are taken at the kept positions.
+   attention mask, and the LM head runs at each row's own trained targets
+   (`_scoring.Kept`).
 
 The cached keys and values carry their autograd history, so the backward pass sends
 each member's gradient into the one prefix computation, summed over the members: the
@@ -24,8 +25,8 @@ SmolLM2 under autocast, 16 episodes of 1,200 tokens (groups of 4 sharing 60%): 7
 against 128 s and 3.9 GB unshared with gradient checkpointing
 (bench/results/rl60-full-s1/README.md).
 
-Where it applies: HF Llama, Qwen2 and Mistral models (``DynamicCache``,
-``logits_to_keep``) without gradient checkpointing (HF drops the cache under it);
+Where it applies: HF Llama, Qwen2 and Mistral models (``DynamicCache``, the body
+and the head called apart) without gradient checkpointing (HF drops the cache under it);
 anything else takes the unshared path. The rows of groups without a prefix worth
 sharing run together in one batched forward. By default it is on for CPU learners
 only: on an H100 the per-group passes (and HF's attention with an explicit mask over
@@ -40,7 +41,7 @@ from __future__ import annotations
 import torch
 
 from ._batch import TrainBatch, _cut
-from ._scoring import logits_at, slices_logits
+from ._scoring import Kept, body_and_head, logits_at, slices_logits
 
 __all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
 
@@ -71,61 +72,66 @@ def common_prefix(input_ids: torch.Tensor, lengths: torch.Tensor) -> int:
     return min(first, int(lengths.min()))
 
 
-def _share_length(micro: TrainBatch, rows: torch.Tensor, keep: torch.Tensor) -> int:
+def _share_length(micro: TrainBatch, rows: torch.Tensor, kept: Kept) -> int:
     lengths = micro.attention_mask[rows].sum(dim=1)
     shared = common_prefix(micro.input_ids[rows], lengths)
-    first_kept = int(keep.min()) if keep.numel() else micro.input_ids.shape[1]
+    first_kept = int(kept.cols.min()) if kept.count else micro.input_ids.shape[1]
     return max(0, min(shared - 1, first_kept))
 
 
 def shared_logits_at(
     model: torch.nn.Module,
     micro: TrainBatch,
-    keep: torch.Tensor,
+    kept: Kept,
     device: torch.device,
     *,
     autocast: bool = False,
 ) -> torch.Tensor:
-    """``[b, k, V]`` logits of ``model`` on ``micro`` at the ``keep`` positions, each
-    group's shared prefix computed once (`_scoring.logits_at`'s result, shared work)."""
+    """``[N, V]`` logits of ``model`` on ``micro`` at the ``kept`` targets, each group's
+    shared prefix computed once (`_scoring.logits_at`'s result, shared work)."""
     from transformers import DynamicCache
 
+    body, head = body_and_head(model)
     ids = micro.input_ids.to(device)
     mask = micro.attention_mask.to(device)
-    keep = keep.to(device)
-    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
+    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # indices into kept, their logits
     alone: list[torch.Tensor] = []  # rows of groups without a prefix worth sharing
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         for group in torch.unique(micro.group_index):
             rows = (micro.group_index == group).nonzero().squeeze(-1)
-            s = _share_length(micro, rows, keep)
+            index, local = kept.of_rows(rows, micro.num_rows)
+            if not local.count:
+                continue
+            s = _share_length(micro, rows, local)
             n = len(rows)
             if n < 2 or s < MIN_SHARED:
                 alone.append(rows)
-            else:
-                prefix = model(input_ids=ids[rows[:1], :s], use_cache=True, logits_to_keep=1)
-                cache = DynamicCache(
-                    ddp_cache_data=[
-                        (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-                        for layer in prefix.past_key_values.layers
-                    ],
-                    config=model.config,
-                )
-                logits = model(
-                    input_ids=ids[rows, s:],
-                    attention_mask=mask[rows],
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=keep - s,
-                ).logits
-                pieces.append((rows.to(device), logits))
+                continue
+            prefix = body(input_ids=ids[rows[:1], :s], use_cache=True)
+            cache = DynamicCache(
+                ddp_cache_data=[
+                    (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+                    for layer in prefix.past_key_values.layers
+                ],
+                config=model.config,
+            )
+            hidden = body(
+                input_ids=ids[rows.to(device), s:],
+                attention_mask=mask[rows.to(device)],
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
+            pieces.append((index, head(hidden[local.rows, local.cols - s])))
     if alone:  # one batched forward for all of them, as without sharing
         rows = torch.cat(alone)
-        logits = logits_at(model, micro.select(rows), keep, device, autocast=autocast)
-        pieces.append((rows.to(device), logits))
-    out = pieces[0][1].new_empty((micro.num_rows, keep.numel(), pieces[0][1].shape[-1]))
-    for rows, logits in pieces:
-        out[rows] = logits
+        index, local = kept.of_rows(rows, micro.num_rows)
+        logits = logits_at(model, micro.select(rows), local, device, autocast=autocast)
+        pieces.append((index, logits))
+    if not pieces:
+        raise ValueError("shared_logits_at: no kept target in the micro-batch")
+    out = pieces[0][1].new_empty((kept.count, pieces[0][1].shape[-1]))
+    for index, logits in pieces:
+        out[index] = logits
     return out
 
 

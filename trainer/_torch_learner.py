@@ -27,7 +27,7 @@ from ._learner_state import (
 from ._lora import LoraSpec
 from ._lora_policy import load_policy, save_adapter
 from ._models import load_causal_lm
-from ._scoring import logits_at, target_logprobs, trained_positions
+from ._scoring import Kept, logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
 from ._shared_prefix import can_share, group_micro_batches, shared_logits_at
 
@@ -237,7 +237,7 @@ class TorchLearner:
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
-            keep = trained_positions(self.model, micro, self.device)
+            keep = trained_positions(micro, self.device)
             logits = self._logits(self.model, micro, keep)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
@@ -272,8 +272,8 @@ class TorchLearner:
                 current = micro.versions.to(self.device) == self.version
                 sums["gap_cur"] += (gap * current).sum().item()
                 sums["n_cur"] += (mask * current).sum().item()
-                entropy = token_entropy(logits.detach(), self.temperature)  # [b, kept]
-                sums["entropy"] += (entropy * mask[:, keep]).sum().item()
+                entropy = token_entropy(logits.detach(), self.temperature)  # [N]
+                sums["entropy"] += (entropy * mask[keep.rows, keep.cols]).sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
             sums["clip"] += float(stats["clip_frac"]) * micro_tokens
             sums["dual"] += float(stats["dual_clip_frac"]) * micro_tokens
@@ -303,12 +303,13 @@ class TorchLearner:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics
 
-    def _logits(self, model: torch.nn.Module, micro: TrainBatch, keep: torch.Tensor):
-        """``[b, k, V]`` logits at ``keep``: each group's prompt once with ``share_prefix``."""
+    def _logits(self, model: torch.nn.Module, micro: TrainBatch, keep: Kept):
+        """``[N, V]`` logits at the ``keep`` targets: each group's prompt once with
+        ``share_prefix``."""
         score = shared_logits_at if self.share_prefix else logits_at
         return score(model, micro, keep, self.device, autocast=self.autocast)
 
-    def _reference_logits(self, micro: TrainBatch, keep: torch.Tensor):
+    def _reference_logits(self, micro: TrainBatch, keep: Kept):
         """The KL reference's logits: the frozen copy, or with lora the base itself."""
         if self._peft is None:
             return self._logits(self.reference, micro, keep)
@@ -328,7 +329,7 @@ class TorchLearner:
         for start in range(0, batch.num_rows, per_chunk):
             rows = torch.arange(start, min(start + per_chunk, batch.num_rows))
             micro = batch.select(rows)
-            keep = trained_positions(self.model, micro, self.device)
+            keep = trained_positions(micro, self.device)
             logits = logits_at(self.model, micro, keep, self.device, autocast=self.autocast)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             out[rows] = logp.float().cpu() * micro.loss_mask

@@ -21,7 +21,7 @@ def test_autocast_needs_float32_master_weights(model_dir):  # noqa: F811
 def test_the_forward_runs_in_bfloat16_and_the_logprobs_in_float32(model_dir):  # noqa: F811
     learner = TorchLearner(model_dir, autocast=True, **HYPER)
     batch = make_batch()
-    keep = _scoring.trained_positions(learner.model, batch, learner.device)
+    keep = _scoring.trained_positions(batch, learner.device)
     logits = _scoring.logits_at(learner.model, batch, keep, learner.device, autocast=True)
     assert logits.dtype == torch.bfloat16  # the LM head ran under autocast
     plain = _scoring.logits_at(learner.model, batch, keep, learner.device)

@@ -98,7 +98,7 @@ def test_shared_logits_equal_the_per_row_logits(model_dir):
     model = TorchLearner(model_dir, kl_coef=0.0).model
     assert can_share(model)
     batch = grouped_batch()
-    keep = trained_positions(model, batch, torch.device("cpu"))
+    keep = trained_positions(batch, torch.device("cpu"))
     want = logits_at(model, batch, keep, torch.device("cpu"))
     got = shared_logits_at(model, batch, keep, torch.device("cpu"))
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
@@ -142,9 +142,9 @@ def test_groups_without_a_shared_prompt_run_in_one_batched_forward(model_dir):
 
     batch = dataclasses.replace(batch, input_ids=ids)
     calls = []
-    handle = model.register_forward_hook(lambda module, args, out: calls.append(1))
+    handle = model.get_decoder().register_forward_hook(lambda module, args, out: calls.append(1))
     try:
-        keep = trained_positions(model, batch, torch.device("cpu"))
+        keep = trained_positions(batch, torch.device("cpu"))
         got = shared_logits_at(model, batch, keep, torch.device("cpu"))
     finally:
         handle.remove()
@@ -171,7 +171,7 @@ def test_the_attention_over_a_shared_prompt_keeps_no_probabilities(model_dir):
     # [rows, heads, query, key] probabilities): memory stays a micro-batch's activations
     model = TorchLearner(model_dir, kl_coef=0.0, share_prefix=True).model
     batch = grouped_batch()
-    keep = trained_positions(model, batch, torch.device("cpu"))
+    keep = trained_positions(batch, torch.device("cpu"))
     for autocast in (False, True):
         nodes = _graph_nodes(
             shared_logits_at(model, batch, keep, torch.device("cpu"), autocast=autocast)

@@ -172,9 +172,10 @@ def test_gradient_checkpointing_gives_the_same_update(model_dir: Path) -> None:
 def test_logits_only_at_trained_positions_give_the_same_update(
     model_dir: Path, monkeypatch
 ) -> None:
-    """The LM head runs where some row has a trained target: positions 1-10 of the 12 here
-    (targets of rows with prompts 5, 3, 4, 2 and lengths 12, 7, 10, 5), and the update, its
-    metrics and the scored logprobs equal those of logits at every position."""
+    """The LM head runs on each row's own trained targets only (rows with prompts 5, 3, 4, 2
+    and lengths 12, 7, 10, 5: 7 + 4 + 6 + 3 = 20 of the 48 positions, where the union of
+    the rows' positions would be 10 x 4 = 40), and the update, its metrics and the scored
+    logprobs equal those of logits at every position."""
     from agentrl.trainer import _scoring
 
     sliced, full = TorchLearner(model_dir), TorchLearner(model_dir)
@@ -185,7 +186,7 @@ def test_logits_only_at_trained_positions_give_the_same_update(
     seen: list[tuple[str, int]] = []
     hooks = [
         model.lm_head.register_forward_hook(
-            lambda m, i, o, name=name: seen.append((name, o.shape[1]))
+            lambda m, i, o, name=name: seen.append((name, tuple(o.shape[:-1])))
         )
         for name, model in (("policy", sliced.model), ("reference", sliced.reference))
     ]
@@ -193,7 +194,8 @@ def test_logits_only_at_trained_positions_give_the_same_update(
     scored_sliced = sliced.logprobs(batch)
     for hook in hooks:
         hook.remove()
-    assert seen == [("policy", 10), ("reference", 10), ("policy", 10)]  # step, then scoring
+    assert int(batch.loss_mask.sum()) == 20
+    assert seen == [("policy", (20,)), ("reference", (20,)), ("policy", (20,))]  # step, scoring
     monkeypatch.setattr(_scoring, "slices_logits", lambda model: False)
     m_full = full.step(batch)
     for key, value in m_full.items():
