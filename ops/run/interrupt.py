@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["ABORT_EXIT", "Interrupts"]
+__all__ = ["ABORT_EXIT", "Interrupts", "say"]
 
 ABORT_EXIT = 130
 """Exit status of a run aborted by a second signal (128 + SIGINT)."""
@@ -47,15 +47,16 @@ class Interrupts:
         self.count += 1
         name = signal.Signals(signum).name
         if self.count == 1:
-            _say(
+            say(
                 f"{name}: stopping; waiting for {self._waits_for} "
                 "(Ctrl-C again to abort now: the update in progress is lost)"
             )
             self._done.set()
             return
-        _say(f"{name} again: aborted; --resume continues from the newest checkpoint")
+        say(f"{name} again: aborted; --resume continues from the newest checkpoint")
         self._abort(ABORT_EXIT)
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """One line of the supervisor on the console (stderr)."""
     print(f"agentrl-supervisor: {line}", file=sys.stderr, flush=True)
