@@ -12,17 +12,22 @@ log = structlog.get_logger(__name__)
 __all__ = ["clear_leftovers", "queue_exists", "stop_run"]
 
 
+def _depth(transport, queue: str) -> int | None:
+    """The messages in ``queue``, None where the broker has no such queue (404)."""
+    try:
+        return transport.queue_depth(queue)
+    except BrokerRefused:
+        return None
+
+
 def queue_exists(broker: str, queue: str, run: str) -> bool:
     """Whether ``queue`` is on ``broker`` (RabbitMQ keeps a run's queues across its
     processes; an in-process broker starts empty in each)."""
     transport = connect(broker, name=f"{run}-probe")
     try:
-        transport.queue_depth(queue)
-    except BrokerRefused:  # 404: no such queue
-        return False
+        return _depth(transport, queue) is not None
     finally:
         transport.close()
-    return True
 
 
 def clear_leftovers(broker: str, run: str) -> None:
@@ -35,9 +40,8 @@ def clear_leftovers(broker: str, run: str) -> None:
     transport = connect(broker, name=f"{run}-setup")
     try:
         for queue in (names.episodes, names.trajectories):
-            try:
-                depth = transport.queue_depth(queue)
-            except BrokerRefused:  # 404: no such queue, nothing left over
+            depth = _depth(transport, queue)
+            if depth is None:  # no such queue, nothing left over
                 continue
             if depth:
                 log.warning("fresh run: leftover messages discarded", queue=queue, count=depth)
