@@ -242,6 +242,7 @@ def _sft(args: argparse.Namespace) -> int:
         print(f"agentrl sft: {exc}", file=sys.stderr)
         return 2
     try:
+        _resolve_loudly(cfg.model)  # a first use converts it, saying so
         result = run_sft(cfg, steps=args.steps, batch_episodes=args.batch_episodes, lr=args.lr)
     except (SFTError, SFTDataError, ModelError) as exc:
         print(f"agentrl sft: {exc}", file=sys.stderr)
@@ -365,10 +366,21 @@ def _expanded(tasks: dict[str, dict[str, Any]], problems: list[str]) -> dict[str
     return out
 
 
+def _resolve_loudly(spec: str) -> Path:
+    """`resolve_model` with its log lines on the console: a first use converts the model
+    (a minute on a CPU), and its progress lines are info lines, which these commands'
+    console (warnings only) would hide."""
+    configure_logging("info")
+    try:
+        return resolve_model(spec)
+    finally:
+        configure_logging("warning")
+
+
 def _checkpoint(spec: str) -> tuple[Path | None, str | None]:
     """The model directory of `spec`, or why there is none."""
     try:
-        path = resolve_model(spec)
+        path = _resolve_loudly(spec)
     except ModelError as exc:
         return None, f"--checkpoint: {exc}"
     if path.is_dir():
