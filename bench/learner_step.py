@@ -1,6 +1,7 @@
 """Learner step: today's float32 update against its cheaper modes, on the same batch.
 
     python bench/learner_step.py [--model smollm2] [--episodes 8] [--tokens 1100] [--trained 0.12]
+    python bench/learner_step.py --trace runs/<run>/trace.sqlite --groups 2   # real episodes
     python bench/learner_step.py --smoke    # tiny model, 2 short episodes (CI)
 
 An agent episode is mostly context (system prompt, tool schemas, tool results); the
@@ -91,6 +92,57 @@ def synthetic_batch(
     return build_batch(out, pad_id=0)
 
 
+def traced_batch(path: Path, groups: int):
+    """A batch of real episodes: the first ``groups`` whole groups of a run's trace store
+    (``runs/<run>/trace.sqlite``), one task after another (task A's first group, task B's
+    first, ..., then their second groups), as sampled: their tokens, masks and the
+    sampler's logprobs. Rewards alternate 1, 0 within each group, so every group trains."""
+    from agentrl.actors._trace_store import EpisodeFilter, TraceReader
+
+    reader = TraceReader(path)
+    try:
+        by_task: dict[str, list[str]] = {}
+        for summary in reader.episodes(EpisodeFilter(), limit=100_000):
+            seen = by_task.setdefault(summary.task, [])
+            if summary.group_id not in seen:
+                seen.append(summary.group_id)
+        order = [g for i in range(groups) for t in sorted(by_task) for g in by_task[t][i : i + 1]]
+        chosen = set(order[:groups])
+        if len(chosen) < groups:
+            raise SystemExit(f"{path}: {len(chosen)} groups, not {groups}")
+        out = []
+        for summary in reader.episodes(EpisodeFilter(), limit=100_000):
+            if summary.group_id not in chosen:
+                continue
+            trace = reader.episode(summary.episode_id)
+            reward = float(summary.sample_idx % 2)
+            out.append(
+                Trajectory(
+                    episode_id=summary.episode_id,
+                    group_id=summary.group_id,
+                    task=summary.task,
+                    index=summary.index,
+                    sample_idx=summary.sample_idx,
+                    group_size=8,
+                    issued_version=0,
+                    token_ids=trace.token_ids,
+                    loss_mask=trace.loss_mask,
+                    logprobs=trace.logprobs,
+                    versions=[0 if m else -1 for m in trace.loss_mask],
+                    pools=["current"],
+                    reward=reward,
+                    env_reward=reward,
+                    status="completed",
+                    num_turns=summary.num_turns,
+                    timings={},
+                    metrics={},
+                )
+            )
+    finally:
+        reader.close()
+    return build_batch(out, pad_id=0)
+
+
 def time_updates(
     model_dir,
     batch,
@@ -165,6 +217,9 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16,
                         help="also time LoRA at this rank (0: not)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--trace", type=Path,
+                        help="real episodes: a run's trace.sqlite")  # fmt: skip
+    parser.add_argument("--groups", type=int, default=2, help="with --trace: whole groups")
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
     if args.smoke:
@@ -176,13 +231,24 @@ def main() -> None:
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    batch = synthetic_batch(
-        args.episodes, args.tokens, args.turns, args.trained, vocab, shared=args.shared
-    )
+    if args.trace:
+        batch = traced_batch(args.trace, args.groups)
+        lengths = batch.attention_mask.sum(dim=1)
+        what = (
+            f"{batch.num_rows} real episodes of {args.trace} ({args.groups} groups: "
+            f"{', '.join(sorted(set(batch.tasks)))}), {int(lengths.min())}-{int(lengths.max())} "
+            f"tokens, {int(lengths.sum())} in all, {int(batch.num_tokens)} trained"
+        )
+    else:
+        batch = synthetic_batch(
+            args.episodes, args.tokens, args.turns, args.trained, vocab, shared=args.shared
+        )
+        what = (
+            f"{args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
+            f"trained, groups of 4 sharing the first {args.shared:.0%}"
+        )
     print(
-        f"batch: {args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
-        f"trained, groups of 4 sharing the first {args.shared:.0%}; {args.threads} threads; "
-        "gradient checkpointing "
+        f"batch: {what}; {args.threads} threads; gradient checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}",
         flush=True,
     )

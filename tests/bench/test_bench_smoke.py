@@ -119,3 +119,40 @@ def test_smoke(script: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     for figure in FIGURES[script]:
         assert re.search(figure, proc.stdout), f"{script}: no {figure!r} in:\n{proc.stdout}"
+
+
+def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:
+    # --trace: real episodes, whole groups of a run's trace.sqlite (here two scripted
+    # groups of 4 members with a shared 20-token prompt, in the tiny model's vocabulary)
+    from agentrl.actors._trace_store import TraceWriter
+    from tests.unit.records import trajectory
+
+    store = TraceWriter(tmp_path / "trace.sqlite", tokenizer="tiny")
+    for g, task in enumerate(("db", "os")):
+        prompt = [(7 * g + i) % 50 + 1 for i in range(20)]
+        members = []
+        for m in range(4):
+            turn = [(11 * m + i) % 50 + 1 for i in range(6 + m)]
+            members.append(
+                trajectory(
+                    [0] * 20 + [1] * len(turn),
+                    group=f"g{g}",
+                    episode_id=f"g{g}-{m}",
+                    task=task,
+                    sample_idx=m,
+                    token_ids=prompt + turn,
+                )
+            )
+        store.dropped(3, "no_spread", members)
+    store.close()
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "learner_step.py"), "--smoke", "--lora-rank", "0",
+         "--trace", str(tmp_path / "trace.sqlite"), "--groups", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "batch: 8 real episodes of" in proc.stdout
+    assert "(2 groups: db, os), 26-29 tokens, 220 in all, 60 trained" in proc.stdout
+    assert re.search(
+        r"ratio shared prompt \+ bf16 autocast / float32 trained positions", proc.stdout
+    )
