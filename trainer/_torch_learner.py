@@ -26,6 +26,7 @@ from ._learner_state import (
 )
 from ._lora import LoraSpec
 from ._lora_policy import load_policy, save_adapter
+from ._memory import release_freed_memory
 from ._models import load_causal_lm
 from ._scoring import Kept, logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
@@ -193,7 +194,14 @@ class TorchLearner:
 
         A batch with no trained token changes no weight and reports zeros; the
         version still advances (the learner actor checkpoints it as the next one).
+        The activations it freed go back to the system at its end (`._memory`).
         """
+        try:
+            return self._step(batch)
+        finally:
+            release_freed_memory()
+
+    def _step(self, batch: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         metrics = self.accumulate_gradients(batch)
         self.version += 1

@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from agentrl.environments import EnvError, expand_task_name
-from agentrl.ops.run.allocator import return_freed_memory
 from agentrl.trainer import ModelError, resolve_model
 
 from ..eval.evaluate import EvalError, eval_problems, evaluate, format_table, with_split
@@ -170,7 +169,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return_freed_memory()  # before the run's tensors: see ops/run/allocator.py
     args = _parser().parse_args(argv)
     configure_logging("warning")
     if args.command == "report":

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from agentrl.actors._ledger import read_ledger
 from agentrl.messages import BrokerLoginRefused, BrokerRefused, BrokerUnavailable, TransportError
-from agentrl.ops.run.allocator import return_freed_memory
 from agentrl.trainer import ModelError
 
 from ..config.load import BROKER_ENV, ConfigError, load_config, read_broker
@@ -205,7 +204,6 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return_freed_memory()  # before the run's tensors: see ops/run/allocator.py
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "ledger":  # files only: no broker
