@@ -20,10 +20,9 @@ it). The attention of the continuation over the prefix is still computed per row
 keeps no attention probabilities for the backward pass: torch's CPU attention runs its
 flash kernel under the explicit mask too (a test holds it), so a micro-batch's memory is
 its activations, bounded by `group_micro_batches`'s token budget. Measured on 2 cores,
-SmolLM2 under autocast, 16 episodes of 1,200 tokens (groups of 4 sharing 60%): 73 s and
-7.7 GB peak per update with micro-batches of 4,096 tokens, 90 s and 6.1 GB with 2,048,
-against 128 s and 3.9 GB unshared with gradient checkpointing
-(bench/results/rl60-full-s1/README.md).
+SmolLM2 under autocast, one update of 40 real episodes (5 groups of 8, 39,240 tokens,
+micro-batches of 2,048 tokens): 162 s and 13.8 GB peak shared, against 233 s and 3.6 GB
+unshared with gradient checkpointing (bench/results/rl60-full-s1/README.md).
 
 Where it applies: HF Llama, Qwen2 and Mistral models (``DynamicCache``, the body
 and the head called apart) without gradient checkpointing (HF drops the cache under it);
