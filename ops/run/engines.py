@@ -87,11 +87,11 @@ def vllm_pool_engine(
     )
 
 
-def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend:
-    """The torch learner (``learner.backend: torch``) on `weights` at `version`."""
+def _update_args(cfg: RunConfig, version: int) -> dict:
+    """The settings every learner backend takes alike: the update's maths, the run's
+    seed and version, the KL reference and where the optimiser state goes."""
     ln = cfg.learner
-    return TorchLearner(
-        weights,
+    return dict(
         lr=ln.lr,
         weight_decay=ln.weight_decay,
         grad_clip=ln.grad_clip,
@@ -103,16 +103,25 @@ def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend
         is_cap=ln.is_cap,
         warmup_steps=ln.warmup_steps,
         micro_batch_tokens=ln.micro_batch_tokens,
-        gradient_checkpointing=ln.gradient_checkpointing,
-        autocast=ln.autocast,
-        share_prefix=ln.share_prefix,
         device=ln.device,
         dtype=ln.dtype,
         seed=cfg.seed,
         version=version,
         reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
         state_dir=cfg.run_dir / "learner_state",  # AdamW state, for an exact resume
+    )
+
+
+def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend:
+    """The torch learner (``learner.backend: torch``) on `weights` at `version`."""
+    ln = cfg.learner
+    return TorchLearner(
+        weights,
+        gradient_checkpointing=ln.gradient_checkpointing,
+        autocast=ln.autocast,
+        share_prefix=ln.share_prefix,
         lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
+        **_update_args(cfg, version),
     )
 
 
@@ -128,26 +137,10 @@ def megatron_backend(
         tp=ln.megatron.tp,
         pp=ln.megatron.pp,
         dp=ln.megatron.dp,
-        lr=ln.lr,
-        weight_decay=ln.weight_decay,
-        grad_clip=ln.grad_clip,
-        temperature=cfg.rollout.temperature,
-        clip_low=ln.clip_low,
-        clip_high=ln.clip_high,
-        dual_clip=ln.dual_clip,
-        kl_coef=ln.kl_coef,
-        is_cap=ln.is_cap,
-        warmup_steps=ln.warmup_steps,
-        micro_batch_tokens=ln.micro_batch_tokens,
-        dtype=ln.dtype,
-        seed=cfg.seed,
-        version=version,
-        reference_dir=kl_reference(cfg.run_dir, resolve_model(cfg.model)),
-        state_dir=cfg.run_dir / "learner_state",
         state_every=ln.megatron.state_every,
         keep_states=ln.megatron.keep_states,
         threads=threads,
-        device=ln.device,
+        **_update_args(cfg, version),
     )
 
 
