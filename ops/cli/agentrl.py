@@ -19,11 +19,12 @@ from typing import Any
 import yaml
 
 from agentrl.environments import EnvError, expand_task_name
-from agentrl.trainer import ModelError, resolve_model
+from agentrl.trainer import ModelError
 
 from ..eval.evaluate import EvalError, eval_problems, evaluate, format_table, with_split
 from ..logs.configure import configure_logging
 from ..report.plots import ReportError, write_report
+from .models import checkpoint_dir, resolve_loudly
 
 __all__ = ["main"]
 
@@ -240,7 +241,7 @@ def _sft(args: argparse.Namespace) -> int:
         print(f"agentrl sft: {exc}", file=sys.stderr)
         return 2
     try:
-        _resolve_loudly(cfg.model)  # a first use converts it, saying so
+        resolve_loudly(cfg.model)  # a first use converts it, saying so
         result = run_sft(cfg, steps=args.steps, batch_episodes=args.batch_episodes, lr=args.lr)
     except (SFTError, SFTDataError, ModelError) as exc:
         print(f"agentrl sft: {exc}", file=sys.stderr)
@@ -306,7 +307,7 @@ def _eval(args: argparse.Namespace) -> int:
         else:
             task_episodes[name] = int(value)
     numbers["max_turns"] = args.max_turns
-    checkpoint, problem = _checkpoint(args.checkpoint)
+    checkpoint, problem = checkpoint_dir(args.checkpoint)
     if problem:
         problems.append(problem)
     tasks, splits = with_split(tasks)
@@ -362,35 +363,6 @@ def _expanded(tasks: dict[str, dict[str, Any]], problems: list[str]) -> dict[str
         for expanded in names:
             out.setdefault(expanded, {}).update(options)
     return out
-
-
-def _resolve_loudly(spec: str) -> Path:
-    """`resolve_model` with its log lines on the console: a first use converts the model
-    (a minute on a CPU), and its progress lines are info lines, which these commands'
-    console (warnings only) would hide."""
-    configure_logging("info")
-    try:
-        return resolve_model(spec)
-    finally:
-        configure_logging("warning")
-
-
-def _checkpoint(spec: str) -> tuple[Path | None, str | None]:
-    """The model directory of `spec`, or why there is none."""
-    try:
-        path = _resolve_loudly(spec)
-    except ModelError as exc:
-        return None, f"--checkpoint: {exc}"
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            return None, f"--checkpoint {spec!r}: not a model directory (no config.json)"
-        return path, None
-    # resolve_model takes any other relative spec for a hub name (org/name); a longer
-    # path, or one under an existing directory, is a checkpoint directory that is missing.
-    parts = Path(spec).parts
-    if len(parts) != 2 or Path(parts[0]).is_dir():
-        return None, f"--checkpoint {spec!r}: no such directory"
-    return path, None
 
 
 def _progress_printer():

@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM for a run's process: the first drains, a second aborts.
+"""Ctrl-C and SIGTERM for a run's process: the first drains, a second aborts; a stop that
+waits for an actor says so on the console (`stop_actor`).
 
 The first SIGINT or SIGTERM is acknowledged at once with a line that says what the stop
 waits for (the learner finishes the update it is in and writes its checkpoint, which can
@@ -14,9 +15,12 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
-__all__ = ["ABORT_EXIT", "Interrupts", "say"]
+import pykka
+
+__all__ = ["ABORT_EXIT", "STILL_WAITING", "Interrupts", "say", "stop_actor"]
 
 ABORT_EXIT = 130
 """Exit status of a run aborted by a second signal (128 + SIGINT)."""
@@ -60,3 +64,29 @@ class Interrupts:
 def say(line: str) -> None:
     """One line of the supervisor on the console (stderr)."""
     print(f"agentrl-supervisor: {line}", file=sys.stderr, flush=True)
+
+
+def stop_actor(name: str, ref: pykka.ActorRef, timeout: float) -> None:
+    """Stop one actor, waiting up to ``timeout`` s for the message it is in (the learner's
+    update can take minutes on a CPU); every `STILL_WAITING` s of waiting is said on the
+    console, so a stop is never silent. Raises pykka.Timeout past ``timeout``."""
+    future = ref.stop(block=False)
+    start = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - start)
+        if left <= 0:
+            raise pykka.Timeout(f"{name} did not stop in {timeout:.0f} s")
+        try:
+            future.get(timeout=min(STILL_WAITING, left))
+            return
+        except pykka.Timeout:
+            waited = time.monotonic() - start
+            if waited < timeout:
+                say(
+                    f"stopping: still waiting for the {name} ({waited:.0f} s so far, "
+                    f"at most {timeout:.0f} s; Ctrl-C again to abort)"
+                )
+
+
+STILL_WAITING = 30.0
+"""Seconds between the console lines of a stop that waits for an actor."""

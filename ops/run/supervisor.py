@@ -46,7 +46,7 @@ from agentrl.trainer import LearnerBackend, checkpoint_digest, load_tokenizer, r
 from ..config.schema import RunConfig
 from ..sft.warm_start import read_warm_start
 from .engines import megatron_backend, node_torch_threads, torch_backend
-from .interrupt import Interrupts, say
+from .interrupt import Interrupts, stop_actor
 from .node import FATAL_EXIT
 from .preflight import check_models
 from .progress import EpisodeTally, Progress, format_summary
@@ -351,7 +351,7 @@ class Supervisor:
             timeout = LEARNER_STOP_TIMEOUT if name == "learner" else STOP_TIMEOUT
             try:
                 if ref.is_alive():
-                    _stop_actor(name, ref, timeout)
+                    stop_actor(name, ref, timeout)
             except pykka.Timeout:  # say so and go on stopping the rest: never a traceback
                 self.stop_failed = True
                 log.error("actor did not stop in time", actor=name, seconds=timeout)
@@ -386,31 +386,6 @@ class Supervisor:
         if self.fatal:  # the last line: why the run stopped
             print(f"agentrl-supervisor: {self.fatal}", file=sys.stderr, flush=True)
 
-
-def _stop_actor(name: str, ref: pykka.ActorRef, timeout: float) -> None:
-    """Stop one actor, waiting up to ``timeout`` s for the message it is in (the learner's
-    update can take minutes on a CPU); every `STILL_WAITING` s of waiting is said on the
-    console, so a stop is never silent. Raises pykka.Timeout past ``timeout``."""
-    future = ref.stop(block=False)
-    start = time.monotonic()
-    while True:
-        left = timeout - (time.monotonic() - start)
-        if left <= 0:
-            raise pykka.Timeout(f"{name} did not stop in {timeout:.0f} s")
-        try:
-            future.get(timeout=min(STILL_WAITING, left))
-            return
-        except pykka.Timeout:
-            waited = time.monotonic() - start
-            if waited < timeout:
-                say(
-                    f"stopping: still waiting for the {name} ({waited:.0f} s so far, "
-                    f"at most {timeout:.0f} s; Ctrl-C again to abort)"
-                )
-
-
-STILL_WAITING = 30.0
-"""Seconds between the console lines of a stop that waits for an actor."""
 
 STOP_TIMEOUT = 60.0
 """Seconds an actor gets to stop."""

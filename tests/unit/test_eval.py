@@ -247,13 +247,13 @@ def test_an_actor_that_stops_is_named_with_its_exception_and_task(smollm_tokeniz
 def test_a_first_use_of_the_model_says_so_on_the_console(tmp_path, monkeypatch, capsys):
     # agentrl eval's console shows warnings only; the model's conversion (a minute for
     # SmolLM2 on a CPU) is info lines, shown all the same
-    from agentrl.ops.cli import agentrl as cli
+    from agentrl.ops.cli import models
 
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
-    path, problem = cli._checkpoint("tiny")
+    path, problem = models.checkpoint_dir("tiny")
     assert problem is None and (path / "config.json").exists()
     seen = capsys.readouterr()
     assert "building the tiny random model (once" in seen.out + seen.err
-    cli._checkpoint("tiny")  # built: nothing more to say
+    models.checkpoint_dir("tiny")  # built: nothing more to say
     seen = capsys.readouterr()
     assert "building" not in seen.out + seen.err

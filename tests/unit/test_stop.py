@@ -77,7 +77,7 @@ def test_stop_waits_for_the_learner_mid_update_and_logs_an_actor_that_hangs(tmp_
 def test_a_stop_that_waits_says_so_on_the_console(tmp_path, monkeypatch, capsys):
     run = f"stop-{uuid.uuid4().hex[:6]}"
     supervisor = Supervisor(parse_config(smoke_config(tmp_path, f"memory://{run}", run)))
-    monkeypatch.setattr("agentrl.ops.run.supervisor.STILL_WAITING", 0.3)
+    monkeypatch.setattr("agentrl.ops.run.interrupt.STILL_WAITING", 0.3)
     learner = _Busy.start()
     learner.proxy().busy(1.0)  # an update under way: ~3 lines while the stop waits for it
     supervisor._refs = [("learner", learner)]
