@@ -58,12 +58,12 @@ def test_the_sft_step_reports_the_token_mean_nll_at_temperature_1(micro_batch_to
         objective="sft",
     )
     want = expected_nll(learner.model, tokens, masks)
-    seen: list[int] = []  # the LM head's positions per micro-batch: trained targets only
-    hook = learner.model.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.shape[1]))
+    seen: list[int] = []  # the LM head's rows per micro-batch: the trained targets only
+    hook = learner.model.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.shape[0]))
     metrics = learner.step(batch_of(masks, tokens))
     hook.remove()
-    # targets trained at positions 1, 2, 4 (row 0) and 0, 1 (row 1): 4 of 6 when together
-    assert seen == ({4096: [4], 6: [3, 2]}[micro_batch_tokens])
+    # targets trained at positions 1, 2, 4 (row 0) and 0, 1 (row 1): 5 of the 12 together
+    assert seen == ({4096: [5], 6: [3, 2]}[micro_batch_tokens])
     assert metrics["learner/loss"] == pytest.approx(want, rel=1e-5)
     assert metrics["learner/tokens"] == 5.0 and metrics["learner/grad_norm"] > 0
     assert learner.version == 1
