@@ -24,7 +24,7 @@ SmolLM2 under autocast, one update of 40 real episodes (5 groups of 8, 39,240 to
 micro-batches of 2,048 tokens): 162 s and 13.8 GB peak shared, against 233 s and 3.6 GB
 unshared with gradient checkpointing (bench/results/rl60-full-s1/README.md).
 
-Where it applies: HF Llama, Qwen2 and Mistral models (``DynamicCache``, the body
+Where it applies: HF Llama, Qwen2, Qwen3 and Mistral models (``DynamicCache``, the body
 and the head called apart) without gradient checkpointing (HF drops the cache under it);
 anything else takes the unshared path. The rows of groups without a prefix worth
 sharing run together in one batched forward. By default it is on for CPU learners
@@ -40,11 +40,13 @@ from __future__ import annotations
 import torch
 
 from ._batch import TrainBatch, _cut
-from ._scoring import Kept, body_and_head, logits_at, slices_logits
+from ._scoring import HEAD_ONLY_TYPES, Kept, body_and_head, logits_at, slices_logits
 
 __all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
 
-SHARED_TYPES = ("llama", "qwen2", "mistral")
+SHARED_TYPES = HEAD_ONLY_TYPES
+"""The model types the shared path runs: those whose body and head are called apart
+(`_scoring.slices_logits`); a test builds each and compares the logits per row."""
 
 MIN_SHARED = 8
 """Prefixes shorter than this are not worth a forward pass of their own."""

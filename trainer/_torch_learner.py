@@ -280,8 +280,9 @@ class TorchLearner:
                 current = micro.versions.to(self.device) == self.version
                 sums["gap_cur"] += (gap * current).sum().item()
                 sums["n_cur"] += (mask * current).sum().item()
-                entropy = token_entropy(logits.detach(), self.temperature)  # [N]
-                sums["entropy"] += (entropy * mask[keep.rows, keep.cols]).sum().item()
+                # [N]: every kept target is a trained one (`trained_positions`)
+                entropy = token_entropy(logits.detach(), self.temperature)
+                sums["entropy"] += entropy.sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
             sums["clip"] += float(stats["clip_frac"]) * micro_tokens
             sums["dual"] += float(stats["dual_clip_frac"]) * micro_tokens

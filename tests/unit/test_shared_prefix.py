@@ -10,6 +10,7 @@ import torch
 from agentrl.trainer import TorchLearner, build_batch, micro_batches
 from agentrl.trainer._scoring import logits_at, trained_positions
 from agentrl.trainer._shared_prefix import (
+    SHARED_TYPES,
     can_share,
     common_prefix,
     group_micro_batches,
@@ -98,6 +99,37 @@ def test_shared_logits_equal_the_per_row_logits(model_dir):
     model = TorchLearner(model_dir, kl_coef=0.0).model
     assert can_share(model)
     batch = grouped_batch()
+    keep = trained_positions(batch, torch.device("cpu"))
+    want = logits_at(model, batch, keep, torch.device("cpu"))
+    got = shared_logits_at(model, batch, keep, torch.device("cpu"))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3", "mistral"])
+def test_every_shared_model_type_gives_the_per_row_logits(kind, tmp_path):
+    """Each type of `SHARED_TYPES` beside Llama, built tiny: the same logits shared."""
+    import transformers
+
+    names = {"qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
+    config_cls = getattr(transformers, f"{names[kind]}Config")
+    model_cls = getattr(transformers, f"{names[kind]}ForCausalLM")
+    torch.manual_seed(6)
+    config = config_cls(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        sliding_window=None,
+    )
+    model_cls(config).save_pretrained(tmp_path)
+    model = TorchLearner(tmp_path, kl_coef=0.0).model
+    assert model.config.model_type == kind in SHARED_TYPES
+    assert can_share(model)
+    batch = grouped_batch(2)
     keep = trained_positions(batch, torch.device("cpu"))
     want = logits_at(model, batch, keep, torch.device("cpu"))
     got = shared_logits_at(model, batch, keep, torch.device("cpu"))
