@@ -95,6 +95,7 @@ def shared_logits_at(
     body, head = body_and_head(model)
     ids = micro.input_ids.to(device)
     mask = micro.attention_mask.to(device)
+    lengths = micro.attention_mask.sum(dim=1)
     pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # indices into kept, their logits
     alone: list[torch.Tensor] = []  # rows of groups without a prefix worth sharing
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -108,6 +109,11 @@ def shared_logits_at(
             if n < 2 or s < MIN_SHARED:
                 alone.append(rows)
                 continue
+            # the group's rows run to the longest of them, not to the micro-batch's width:
+            # a micro-batch packs groups of other lengths (`group_micro_batches` counts each
+            # group's rows padded to its own longest), and the padding would cost
+            # activations for positions no target needs
+            width = int(lengths[rows].max())
             prefix = body(input_ids=ids[rows[:1], :s], use_cache=True)
             cache = DynamicCache(
                 ddp_cache_data=[
@@ -117,8 +123,8 @@ def shared_logits_at(
                 config=model.config,
             )
             hidden = body(
-                input_ids=ids[rows.to(device), s:],
-                attention_mask=mask[rows.to(device)],
+                input_ids=ids[rows.to(device), s:width],
+                attention_mask=mask[rows.to(device), :width],
                 past_key_values=cache,
                 use_cache=True,
             ).last_hidden_state
@@ -126,7 +132,8 @@ def shared_logits_at(
     if alone:  # one batched forward for all of them, as without sharing
         rows = torch.cat(alone)
         index, local = kept.of_rows(rows, micro.num_rows)
-        logits = logits_at(model, micro.select(rows), local, device, autocast=autocast)
+        width = max(1, int(lengths[rows].max()))
+        logits = logits_at(model, micro.select(rows, width), local, device, autocast=autocast)
         pieces.append((index, logits))
     if not pieces:
         raise ValueError("shared_logits_at: no kept target in the micro-batch")

@@ -185,6 +185,49 @@ def test_groups_without_a_shared_prompt_run_in_one_batched_forward(model_dir):
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
 
 
+def test_each_group_runs_to_its_own_longest_row_not_the_micro_batchs(model_dir):
+    # one micro-batch packs a long group with a short one: the short group's rows must not
+    # be computed over the long group's width (the micro-batch budget counts each group's
+    # rows padded to its own longest; padding to the widest cost up to 4x the activations)
+    import dataclasses
+
+    model = TorchLearner(model_dir, kl_coef=0.0).model
+    batch = grouped_batch(3)
+    long_rows = batch.group_index == batch.group_index[0]
+    lengths = batch.attention_mask.sum(dim=1)
+    width = int(lengths.max()) + 30
+    pad = batch.input_ids.new_zeros((batch.num_rows, width - batch.input_ids.shape[1]))
+    grown = {}
+    for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages",
+                 "versions"):  # fmt: skip
+        value = getattr(batch, name)
+        grown[name] = torch.cat([value, pad.to(value.dtype)], dim=1)
+    # the first group's rows get 30 more context tokens at their ends (real, untrained)
+    for row in long_rows.nonzero().squeeze(-1).tolist():
+        end = int(lengths[row])
+        grown["input_ids"][row, end : end + 30] = torch.arange(1, 31)
+        grown["attention_mask"][row, end : end + 30] = 1
+    batch = dataclasses.replace(batch, **grown)
+    lengths = batch.attention_mask.sum(dim=1)
+    widths = []
+    handle = model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape),
+        with_kwargs=True,
+    )
+    keep = trained_positions(batch, torch.device("cpu"))
+    try:
+        got = shared_logits_at(model, batch, keep, torch.device("cpu"))
+    finally:
+        handle.remove()
+    computed = sum(rows * cols for rows, cols in widths)
+    groups = [batch.group_index == g for g in torch.unique(batch.group_index)]
+    padded_to_own = sum(int(g.sum()) * int(lengths[g].max()) for g in groups)
+    assert computed <= padded_to_own  # the prefixes are counted once, so fewer
+    assert computed < int(long_rows.sum()) * width + 2 * width  # not every row at the widest
+    want = logits_at(model, batch, keep, torch.device("cpu"))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
 def _graph_nodes(tensor: torch.Tensor) -> set[str]:
     seen, names, todo = set(), set(), [tensor.grad_fn]
     while todo:
