@@ -21,23 +21,31 @@ from tests.unit.records import trajectory
 VOCAB = 64
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def save_tiny(path: Path, kind: str = "llama", seed: int = 5) -> Path:
+    """A two-layer model of HF type ``kind`` (grouped-query attention) with random weights."""
+    import transformers
 
-    torch.manual_seed(5)
-    config = LlamaConfig(
+    name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[kind]
+    torch.manual_seed(seed)
+    config = getattr(transformers, f"{name}Config")(
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=8,
         max_position_embeddings=128,
     )
-    path = tmp_path_factory.mktemp("shared")
-    LlamaForCausalLM(config).save_pretrained(path)
+    if kind != "llama":
+        config.sliding_window = None
+    getattr(transformers, f"{name}ForCausalLM")(config).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("shared"))
 
 
 def grouped_batch(seed: int = 0):
@@ -108,24 +116,7 @@ def test_shared_logits_equal_the_per_row_logits(model_dir):
 @pytest.mark.parametrize("kind", ["qwen2", "qwen3", "mistral"])
 def test_every_shared_model_type_gives_the_per_row_logits(kind, tmp_path):
     """Each type of `SHARED_TYPES` beside Llama, built tiny: the same logits shared."""
-    import transformers
-
-    names = {"qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
-    config_cls = getattr(transformers, f"{names[kind]}Config")
-    model_cls = getattr(transformers, f"{names[kind]}ForCausalLM")
-    torch.manual_seed(6)
-    config = config_cls(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-        sliding_window=None,
-    )
-    model_cls(config).save_pretrained(tmp_path)
+    save_tiny(tmp_path, kind, seed=6)
     model = TorchLearner(tmp_path, kl_coef=0.0).model
     assert model.config.model_type == kind in SHARED_TYPES
     assert can_share(model)
