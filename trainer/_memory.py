@@ -8,11 +8,12 @@ each micro-batch's backward; they stay resident, and the next update's land besi
 system) runs at the end of each update, so each starts from what is live.
 
 Measured on one update of 40 real episodes (5 groups of 8, 39,240 tokens; SmolLM2 under
-autocast, the shared prompt, micro-batches of 2,048 tokens): 162 s and 13.8 GB peak with
-glibc's defaults; fixing the mmap threshold at 64 KiB instead (every block mapped apart
-and unmapped when freed) cut the peak to 11.4 GB but took 257 s, the pages faulted in
-afresh for every tensor (bench/results/rl60-full-s1/README.md). A trim per update costs
-one such refault per update.
+autocast, the shared prompt, micro-batches of 2,048 tokens, before `_shared_prefix` ran
+each group to its own width): 162 s and 13.8 GB peak with glibc's defaults; fixing the
+mmap threshold at 64 KiB instead (every block mapped apart and unmapped when freed) cut
+the peak to 11.4 GB but took 257 s, the pages faulted in afresh for every tensor
+(bench/results/rl60-full-s1/README.md). A trim per update costs one such refault per
+update.
 """
 
 from __future__ import annotations

@@ -19,10 +19,15 @@ same gradient as the unshared computation, up to float summation order (a test h
 it). The attention of the continuation over the prefix is still computed per row, and
 keeps no attention probabilities for the backward pass: torch's CPU attention runs its
 flash kernel under the explicit mask too (a test holds it), so a micro-batch's memory is
-its activations, bounded by `group_micro_batches`'s token budget. Measured on 2 cores,
-SmolLM2 under autocast, one update of 40 real episodes (5 groups of 8, 39,240 tokens,
-micro-batches of 2,048 tokens): 162 s and 13.8 GB peak shared, against 233 s and 3.6 GB
-unshared with gradient checkpointing (bench/results/rl60-full-s1/README.md).
+its activations, bounded by `group_micro_batches`'s token budget: each group's rows run
+to the longest of them, not to the micro-batch's width (a test holds it). Measured on 2
+cores, SmolLM2 under autocast, one update of 40 real episodes (5 groups of 8, 39,240
+tokens, micro-batches of 2,048 tokens): 8.4 GB peak shared, against 3.6 GB unshared with
+gradient checkpointing. Before each group ran to its own width, a micro-batch of that
+update computed 6,534 positions against its budget of 2,048, and the peak was 13.8 GB;
+the update took 162 s shared against 233 s checkpointed (bench/results/rl60-full-s1/
+README.md). In the 60-minute seed-1 arm (8 groups of 8 per update, the samplers beside
+it), updates took 230-290 s (bench/results/rl60-full-s1-60min/).
 
 Where it applies: HF Llama, Qwen2, Qwen3 and Mistral models (``DynamicCache``, the body
 and the head called apart) without gradient checkpointing (HF drops the cache under it);
