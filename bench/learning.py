@@ -209,6 +209,11 @@ def reuse_evaluation(path: Path, model: str) -> dict[str, Any]:
     return summary(report, model, report.get("seconds", 0.0), ["reused", str(path)])
 
 
+SFT_SECONDS = "sft-seconds.json"
+"""The warm start's wall-clock seconds, written by its arm into the run directory beside
+``sft.json`` (which is `agentrl sft`'s record), so a reuse reports what it cost."""
+
+
 def reuse_warm_start(
     source: Path, run_dir: Path, cfg: dict[str, Any], args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -220,7 +225,9 @@ def reuse_warm_start(
     and ``--sft-lr`` as given now. Its seconds are those of the source's results file
     (``<results>/<source dir name>.json``) when there is one, else the time from the
     source's config file to its SFT record less the source's base evaluation (the source
-    arm wrote its config, evaluated the base model with ``--eval-base``, then ran the SFT)."""
+    arm wrote its config, evaluated the base model with ``--eval-base``, then ran the SFT);
+    the source's own measure (`SFT_SECONDS`, written since) before either, and None where
+    none is known (a config written after the SFT)."""
     source = Path(source)
     earlier = yaml.safe_load(source.with_suffix(".yaml").read_text())
     for key in ("model", "tasks"):
@@ -233,17 +240,22 @@ def reuse_warm_start(
         raise SystemExit(f"{source}: {steps} SFT steps, not --sft-steps {args.sft_steps}")
     for name in (f"checkpoints/v{version:06d}", "sft_reference"):
         shutil.copytree(source / name, run_dir / name)
-    for name in ("sft.json", "sft.jsonl"):
-        shutil.copy2(source / name, run_dir / name)
-    seconds = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
+    for name in ("sft.json", "sft.jsonl", SFT_SECONDS):
+        if (source / name).exists():
+            shutil.copy2(source / name, run_dir / name)
+    seconds: float | None = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
     base_eval = source / "eval-base.json"  # the source arm evaluated the base model first
     if base_eval.exists():
         seconds -= json.loads(base_eval.read_text()).get("seconds", 0.0)
+    if seconds <= 0:  # the config was written (or copied) after the SFT: no estimate
+        seconds = None
     made = Path(args.results) / f"{source.name}.json" if args.results else None
     if made is not None and made.exists():  # the source arm's own measure of its SFT
         earlier_sft = json.loads(made.read_text()).get("sft", {})
         if earlier_sft.get("version") == version and "reused_from" not in earlier_sft:
             seconds = earlier_sft["seconds"]
+    if (source / SFT_SECONDS).exists():  # the measure the warm start's arm wrote beside it
+        seconds = json.loads((source / SFT_SECONDS).read_text())["seconds"]
     sft = {"steps": steps, "seconds": seconds, "version": version, "lr": args.sft_lr}
     sft["reused_from"] = str(source)
     report_path = source / f"eval-v{version:06d}.json"
@@ -470,6 +482,7 @@ def run_arm(arm: str, base: dict[str, Any], args: argparse.Namespace, work: Path
         print(f"[{arm}] warm start from {args.warm_start_from}: v{sft['version']}", flush=True)
     elif args.sft_steps:
         sft["seconds"] = warm_start(cfg_path, args.sft_steps, args.sft_lr, args.sft_batch)
+        (run_dir / SFT_SECONDS).write_text(json.dumps({"seconds": sft["seconds"]}) + "\n")
         sft["version"] = max(checkpoints(run_dir), default=0)
         print(f"[{arm}] warm start: {args.sft_steps} steps in {sft['seconds']:.0f} s", flush=True)
     v0 = sft["version"]

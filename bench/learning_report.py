@@ -97,11 +97,8 @@ def markdown_table(arms: dict[str, dict[str, Any]]) -> str:
             if None not in errors
             else ""
         )
-        warm = (
-            f"warm start {sft['steps']} SFT steps in {sft['seconds']:.0f} s, "
-            if sft["steps"]
-            else ""
-        )
+        took = "an unknown time" if sft["seconds"] is None else f"{sft['seconds']:.0f} s"
+        warm = f"warm start {sft['steps']} SFT steps in {took}, " if sft["steps"] else ""
         notes.append(
             f"- {arm}: {warm}RL {data['rl']['updates']} updates in {data['rl']['seconds']:.0f} s "
             f"(budget {data['budget_minutes']:g} min, {data['rl']['stopped_by']}); "

@@ -243,6 +243,24 @@ def test_the_reused_warm_start_reports_the_source_arms_sft_seconds(learning, tmp
     assert sft["seconds"] == 77.5
 
 
+def test_the_warm_starts_own_measure_wins_and_a_config_newer_than_the_sft_gives_none(
+    learning, tmp_path
+):
+    """A config copied after the SFT gave -622 s once (rl60-full-s1-60min): no estimate
+    then, and the seconds the warm start's arm wrote beside it (`SFT_SECONDS`) first."""
+    source = _source(tmp_path)
+    os.utime(source.with_suffix(".yaml"), (2000.0, 2000.0))  # after the SFT record (1130 s)
+    cfg = {**CFG, "rollout": ROLLOUT}
+    run_dir = tmp_path / "runs" / "a"
+    run_dir.mkdir(parents=True)
+    assert learning.reuse_warm_start(source, run_dir, cfg, _args())[0]["seconds"] is None
+    (source / learning.SFT_SECONDS).write_text(json.dumps({"seconds": 313.0}))
+    run_dir = tmp_path / "runs" / "b"
+    run_dir.mkdir(parents=True)
+    assert learning.reuse_warm_start(source, run_dir, cfg, _args())[0]["seconds"] == 313.0
+    assert (run_dir / learning.SFT_SECONDS).exists()  # a reuse of the reuse keeps it
+
+
 def test_the_standard_error_of_the_mean_pass_rate(learning):
     """sqrt(sum p(1-p)/n) / tasks: 0.5 and 0.0 on 32 episodes -> sqrt(0.25/32) / 2."""
     import learning_report
@@ -250,3 +268,12 @@ def test_the_standard_error_of_the_mean_pass_rate(learning):
     se = learning_report.mean_standard_error({"a": 0.5, "b": 0.0}, ["a", "b"], 32)
     assert se == pytest.approx(0.0441942, abs=1e-7)
     assert learning_report.mean_standard_error({"a": 0.5}, ["a", "b"], 32) is None
+
+
+def test_the_report_says_when_the_warm_starts_time_is_unknown(learning):
+    import learning_report
+
+    arms = learning_report.load_results(BENCH / "results" / "rl60-full-s1-60min")
+    assert "warm start 6 SFT steps in 313 s," in learning_report.markdown_table(arms)
+    arms["full"]["sft"]["seconds"] = None
+    assert "warm start 6 SFT steps in an unknown time," in learning_report.markdown_table(arms)
