@@ -27,7 +27,7 @@ gradient checkpointing. Before each group ran to its own width, a micro-batch of
 update computed 6,534 positions against its budget of 2,048, and the peak was 13.8 GB;
 the update took 162 s shared against 233 s checkpointed (bench/results/rl60-full-s1/
 README.md). In the 60-minute seed-1 arm (8 groups of 8 per update, the samplers beside
-it), updates took 230-290 s (bench/results/rl60-full-s1-60min/).
+it), updates took 211-289 s (bench/results/rl60-full-s1-60min/).
 
 Where it applies: HF Llama, Qwen2, Qwen3 and Mistral models (``DynamicCache``, the body
 and the head called apart) without gradient checkpointing (HF drops the cache under it);
