@@ -245,28 +245,39 @@ class GroupBuffer:
             dropped += 1
         return dropped
 
-    def next_batch(self, version: int) -> Batch | None:
-        """The groups of the next update, out of the buffer (complete groups that may not
-        train are dropped on the way); None while fewer than `groups_per_batch` may."""
-        batch: list[Trajectory] = []
-        used: list[Delivery] = []
-        untrained: list[dict] = []
-        left_out: list[tuple[Trajectory, str]] = []
-        chosen = 0
+    def prune(self, version: int) -> int:
+        """Drop every complete group that may never train (stale, fewer than 2 trainable
+        members, and with ``drop_flat_groups`` no reward spread); how many. The learner
+        calls it on each arrival while an update runs, so these drops reach the controller's
+        window at once rather than after the update."""
+        dropped = 0
         for gid, group in self._complete_groups():
             members = [t for t in group.trajectories() if not is_untrained(t)]
             stale = version - group.oldest() > self._hard
             if stale or len(members) < 2:
                 self._take_out(gid, group, "stale" if stale else "too_few_members")
-                continue
-            if self._drop_flat and not has_spread(members):
+            elif self._drop_flat and not has_spread(members):
                 self.flat.add(members)
                 self._warn_if_only_flat(version)  # before the drop's report, which tests wait on
                 self._take_out(gid, group, "no_spread")
+            else:
                 continue
-            if chosen == self._groups_per_batch:
-                break
-            batch.extend(members)
+            dropped += 1
+        return dropped
+
+    def next_batch(self, version: int) -> Batch | None:
+        """The groups of the next update, out of the buffer (complete groups that may not
+        train are dropped first: `prune`); None while fewer than `groups_per_batch` may."""
+        self.prune(version)
+        ready = self._complete_groups()
+        if len(ready) < self._groups_per_batch:
+            return None
+        batch: list[Trajectory] = []
+        used: list[Delivery] = []
+        untrained: list[dict] = []
+        left_out: list[tuple[Trajectory, str]] = []
+        for gid, group in ready[: self._groups_per_batch]:
+            batch.extend(t for t in group.trajectories() if not is_untrained(t))
             used.extend(d for _, d in group.members.values())
             for reason in ("infra_failure", "sample_error"):
                 lost = [t for t in group.trajectories() if t.metrics.get(reason)]
@@ -274,11 +285,7 @@ class GroupBuffer:
                     ids = [t.episode_id for t in lost]
                     untrained.append({"group": gid, "members": ids, "reason": reason})
                     left_out += [(t, reason) for t in lost]
-            chosen += 1
-        if chosen < self._groups_per_batch:
-            return None
-        for t in batch:
-            self.groups.pop(t.group_id, None)
+            self.groups.pop(gid)
         return Batch(batch, used, untrained, left_out)
 
     def release(self, group: Group) -> None:

@@ -14,6 +14,16 @@ the prefetch window), members that arrive later are acked on arrival, and the
 whole group is counted as dropped (`DropBook`), so the controller issues its
 replacements. Drops are logged. Incomplete groups are checked on every arrival and
 every `sweep_interval` seconds.
+
+The update's computation (`build_batch`, the backend's step: minutes on a CPU) runs on a
+thread of its own, one update at a time; everything else stays on the actor's thread.
+While it runs, the actor goes on buffering arrivals and dropping what can never train
+(`GroupBuffer.prune`: flat, stale, too few members), so the controller issues their
+replacements during the update instead of after it: with most groups flat, a window
+held by undropped groups left the samplers idle for most of each update. The step's
+end comes back as a message; the checkpoint, its announcement and the acks follow on
+the actor's thread, in the order above. A stop waits for the update in flight and
+commits it; a failure discards it (its trajectories are redelivered).
 """
 
 from __future__ import annotations
@@ -23,15 +33,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pykka
 import structlog
+import torch
 
 from agentrl.messages import (
     CheckpointReady,
     ControlCommand,
-    Delivery,
     MetricsReport,
     Topology,
     Trajectory,
@@ -41,7 +53,7 @@ from agentrl.messages import (
 from agentrl.trainer import LearnerBackend, build_batch
 
 from ._checkpoint import commit, partial_dir, prune_checkpoints, remove_partials
-from ._groups import DropBook, Group, GroupBuffer
+from ._groups import Batch, DropBook, Group, GroupBuffer
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, TrainedIndex, journal_groups
 from ._metrics import batch_metrics
@@ -51,6 +63,23 @@ from ._wire import TopologySpec, broadcast, declare, decode_or_dead_letter, forw
 log = structlog.get_logger(__name__)
 
 __all__ = ["LearnerActor"]
+
+
+@dataclass
+class _Step:
+    """An update in flight: its batch, and what its thread hands back."""
+
+    chosen: Batch
+    version: int
+    start: float
+    idle: float
+    thread: threading.Thread | None = None
+    trained: float = 0.0
+    result: tuple[Any, dict[str, float]] | None = None
+    error: BaseException | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
+    cuda_device: int | None = None
+    """The actor thread's current CUDA device (per thread; Megatron's rank 0 set it)."""
 
 
 class LearnerActor(pykka.ThreadingActor):
@@ -138,6 +167,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._sweeper_stop = threading.Event()
         self._clock = clock
         self._steps = 0
+        self._step: _Step | None = None  # the update in flight (module doc)
         self._idle_since = time.monotonic()
         self._last_step_end = time.monotonic()
         self._backend = None
@@ -180,17 +210,31 @@ class LearnerActor(pykka.ThreadingActor):
         self._stop_at_max_steps()  # a run resumed after its last update has nothing to train
 
     def on_stop(self) -> None:
+        step, self._step = self._step, None
+        try:
+            if step is not None:  # a stop waits for the update in flight, which commits
+                self._log.info("stopping: waiting for the update in flight", version=self._version)
+                step.finished.wait()
+                self._commit(step)
+        finally:
+            self._close()
+
+    def on_failure(self, *exc_info) -> None:
+        step, self._step = self._step, None
+        if step is not None:  # discarded: its trajectories, unacked, are redelivered
+            step.finished.wait()  # the backend is closed after this actor: no step may run
+        self._close()
+
+    def _close(self) -> None:
         self._sweeper_stop.set()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._transport is not None:
             self._transport.close()  # unacked trajectories go back to the queue
+            self._transport = None
         if self._trace is not None:
             self._trace, trace = None, self._trace
             trace.close()
-
-    def on_failure(self, *exc_info) -> None:
-        self.on_stop()
 
     def version(self) -> int:
         return self._version
@@ -203,6 +247,9 @@ class LearnerActor(pykka.ThreadingActor):
         kind, delivery = message
         if kind == "sweep":
             self.sweep()
+            return
+        if kind == "stepped":
+            self._finish_step(delivery)
             return
         if kind != "trajectory":
             raise ValueError(f"learner: unknown message {kind!r}")
@@ -249,11 +296,16 @@ class LearnerActor(pykka.ThreadingActor):
     # --- batching ------------------------------------------------------------------
 
     def _maybe_train(self) -> None:
-        while not self._done.is_set():
-            chosen = self._buffer.next_batch(self._version)
-            if chosen is None:
-                return
-            self._train(chosen.trajectories, chosen.deliveries, chosen.untrained, chosen.left_out)
+        """Start the next update if none is in flight; while one is, drop at once what can
+        never train (module doc)."""
+        if self._done.is_set():
+            return
+        if self._step is not None:
+            self._buffer.prune(self._version)
+            return
+        chosen = self._buffer.next_batch(self._version)
+        if chosen is not None:
+            self._start_step(chosen)
 
     def _drop(self, gid: str, group: Group, reason: str) -> None:
         """Drop a group whole, out of the buffer already (`GroupBuffer`): ack what arrived,
@@ -275,28 +327,63 @@ class LearnerActor(pykka.ThreadingActor):
         )
         self._report(self._drops.metrics())
 
-    def _train(
-        self, batch: list[Trajectory], used: list[Delivery], untrained=(), left_out=()
-    ) -> None:
+    def _start_step(self, chosen: Batch) -> None:
         problem = self._disk_problem() if self._disk_problem is not None else None
         if problem:  # before the step: nothing of this update is written, nothing acked
             self._stop_run(problem)
             return
         start = time.monotonic()
-        idle = start - self._last_step_end
-        train = build_batch(
-            batch,
-            pad_id=self._pad_id,
-            task_normalize=self._task_normalize,
-            task_center=self._task_center,
-            version=self._version,
-            max_token_lag=self._max_token_lag,
+        step = _Step(chosen, self._version, start, idle=start - self._last_step_end)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            step.cuda_device = torch.cuda.current_device()
+        step.thread = threading.Thread(
+            target=self._run_step, args=(step,), name="learner-step", daemon=True
         )
-        stats = {
-            **self._backend.step(train),
-            "staleness/masked_old_tokens": float(train.masked_old_tokens),
-        }
-        trained = time.monotonic()
+        self._step = step
+        step.thread.start()
+
+    def _run_step(self, step: _Step) -> None:
+        """The update's computation (the step's thread): nothing here touches the buffer,
+        the transport, the journal or the trace."""
+        try:
+            if step.cuda_device is not None:
+                torch.cuda.set_device(step.cuda_device)
+            train = build_batch(
+                step.chosen.trajectories,
+                pad_id=self._pad_id,
+                task_normalize=self._task_normalize,
+                task_center=self._task_center,
+                version=step.version,
+                max_token_lag=self._max_token_lag,
+            )
+            step.result = (train, self._backend.step(train))
+        except BaseException as exc:  # raised again on the actor's thread (`_commit`)
+            step.error = exc
+        step.trained = time.monotonic()
+        step.finished.set()
+        try:
+            self.actor_ref.tell(("stepped", step))
+        except pykka.ActorDeadError:
+            self._log.debug("the update ended after the learner stopped", version=step.version)
+
+    def _finish_step(self, step: _Step) -> None:
+        if self._step is not step:  # committed (or discarded) by the stop already
+            return
+        self._step = None
+        self._commit(step)
+        self._maybe_train()
+
+    def _commit(self, step: _Step) -> None:
+        """Journal, checkpoint, metrics row, announcement, acks: the update into
+        ``version + 1`` made durable (the actor's thread). A step that raised fails the
+        actor here, as it did when the step ran on this thread."""
+        if step.error is not None:
+            raise step.error
+        assert step.result is not None
+        train, stats = step.result
+        stats = {**stats, "staleness/masked_old_tokens": float(train.masked_old_tokens)}
+        batch, used = step.chosen.trajectories, step.chosen.deliveries
+        start, trained, idle = step.start, step.trained, step.idle
         version = self._version + 1
         path = self._ckpt_dir / f"v{version:06d}"
         # Journal first: if the learner dies after the checkpoint is complete but before
@@ -305,12 +392,12 @@ class LearnerActor(pykka.ThreadingActor):
             self._journal, version, {t.group_id for t in batch}, [t.episode_id for t in batch]
         )
         if self._trace is not None:  # replaced, not doubled, if this version is trained again
-            self._trace.trained(version, batch, train, left_out)
+            self._trace.trained(version, batch, train, step.chosen.left_out)
         partial = partial_dir(self._ckpt_dir, version)
         if partial.exists():
             shutil.rmtree(partial)
         digest = self._backend.save(partial)
-        self._drops.left_out(untrained, version)  # acked with the batch but not trained
+        self._drops.left_out(step.chosen.untrained, version)  # acked with the batch, untrained
         saved = end = time.monotonic()
         metrics = self._update_metrics(batch, stats, version, start, trained, saved, idle)
         self._last_step_end = end

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pykka
 import pytest
 
 from agentrl.actors import ControllerActor, LearnerActor, TaskEntry
@@ -208,3 +209,87 @@ def test_dynamic_sampling_says_when_no_group_has_spread(broker, spec, client, tm
     # the warning is logged before the fourth drop's report goes out
     err = capfd.readouterr()
     assert "nothing to train on" in err.out + err.err
+
+
+class GatedBackend(FakeBackend):
+    """A FakeBackend whose step waits for the test to open the gate (an update that runs
+    for as long as the test needs); ``fail`` makes the step raise instead."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__()
+        self.entered, self.gate, self.fail = threading.Event(), threading.Event(), fail
+
+    def step(self, batch):
+        self.entered.set()
+        assert self.gate.wait(20), "the test never opened the gate"
+        if self.fail:
+            raise RuntimeError("the step broke")
+        return super().step(batch)
+
+
+def start_gated(broker, spec, tmp_path, backend, **options):
+    done = threading.Event()
+    ref = LearnerActor.start(
+        broker=broker, topology=spec, backend_factory=lambda: backend,
+        checkpoint_dir=tmp_path / "ckpt", start_version=0, group_size=2, groups_per_batch=1,
+        hard_staleness=2, prefetch=64, pad_id=0, done=done, drop_flat_groups=True, **options,
+    )  # fmt: skip
+    return ref, done
+
+
+def test_flat_groups_are_dropped_and_replaced_while_an_update_runs(broker, spec, client, tmp_path):
+    """The update's computation runs off the actor's thread: a flat group that completes
+    during a (long) update is dropped at once and the controller issues its replacement
+    before the update ends. Before, it waited for the update, and so did the samplers."""
+    ctl = ControllerActor.start(
+        broker=broker,
+        topology=spec,
+        tasks={"calculator": TaskEntry(weight=1.0, num_instances=5)},
+        group_size=2,
+        episodes_per_batch=2,
+        max_staleness=0,
+        initial=initial(),
+    )
+    wait_for(lambda: ctl.proxy().stats().get()["issued"] == 2, what="first window")
+    backend = GatedBackend()
+    ref, done = start_gated(broker, spec, tmp_path, backend, max_steps=1)
+    publish_trajs(
+        client, spec, [trajectory("mixed", 0, reward=0.0), trajectory("mixed", 1, reward=1.0)]
+    )
+    assert backend.entered.wait(20)  # the update is running, and stays so
+    publish_trajs(
+        client, spec, [trajectory("flat", 0, reward=1.0), trajectory("flat", 1, reward=1.0)]
+    )
+    wait_for(lambda: ctl.proxy().stats().get()["issued"] == 4, what="a replacement, mid-update")
+    assert ctl.proxy().stats().get()["dropped"] == 2
+    assert ref.proxy().version().get() == 0 and not done.is_set()  # the update is still running
+    assert ref.proxy().buffered().get() == 0
+    backend.gate.set()
+    assert done.wait(20)
+    assert ref.proxy().version().get() == 1
+    assert backend.batches[0].rewards.tolist() == [0.0, 1.0]
+
+
+def test_a_stop_waits_for_the_update_in_flight_and_commits_it(broker, spec, client, tmp_path):
+    backend = GatedBackend()
+    ref, _ = start_gated(broker, spec, tmp_path, backend)
+    publish_trajs(client, spec, [trajectory("g", 0, reward=0.0), trajectory("g", 1, reward=1.0)])
+    assert backend.entered.wait(20)
+    stopping = ref.stop(block=False)
+    with pytest.raises(pykka.Timeout):  # held by the update
+        stopping.get(timeout=0.3)
+    backend.gate.set()
+    stopping.get(timeout=20)
+    assert (tmp_path / "ckpt" / "v000001" / "DIGEST").exists()
+    assert backend.steps == 1
+
+
+def test_a_step_that_raises_fails_the_learner_and_commits_nothing(broker, spec, client, tmp_path):
+    backend = GatedBackend(fail=True)
+    ref, _ = start_gated(broker, spec, tmp_path, backend)
+    publish_trajs(client, spec, [trajectory("g", 0, reward=0.0), trajectory("g", 1, reward=1.0)])
+    assert backend.entered.wait(20)
+    backend.gate.set()
+    wait_for(lambda: not ref.is_alive(), what="the learner's failure")
+    assert not (tmp_path / "ckpt" / "v000001").exists()
+    assert backend.steps == 0
