@@ -214,6 +214,31 @@ SFT_SECONDS = "sft-seconds.json"
 ``sft.json`` (which is `agentrl sft`'s record), so a reuse reports what it cost."""
 
 
+def warm_start_seconds(
+    source: Path, record: dict[str, Any], args: argparse.Namespace
+) -> float | None:
+    """The seconds of the warm start in ``source`` (`reuse_warm_start`), the first known of:
+    the measure its arm wrote beside it (`SFT_SECONDS`); the source arm's results file
+    (``<results>/<source dir name>.json``), unless that reused a warm start itself; the time
+    from the source's config file to its SFT record less its base evaluation; None where
+    none is known (a config written, or copied, after the SFT)."""
+    if (source / SFT_SECONDS).exists():
+        return float(json.loads((source / SFT_SECONDS).read_text())["seconds"])
+    made = Path(args.results) / f"{source.name}.json" if args.results else None
+    if made is not None and made.exists():
+        earlier_sft = json.loads(made.read_text()).get("sft", {})
+        if (
+            earlier_sft.get("version") == int(record["version"])
+            and "reused_from" not in earlier_sft
+        ):
+            return float(earlier_sft["seconds"])
+    seconds = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
+    base_eval = source / "eval-base.json"  # the source arm evaluated the base model first
+    if base_eval.exists():
+        seconds -= json.loads(base_eval.read_text()).get("seconds", 0.0)
+    return seconds if seconds > 0 else None
+
+
 def reuse_warm_start(
     source: Path, run_dir: Path, cfg: dict[str, Any], args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -222,12 +247,7 @@ def reuse_warm_start(
     weights; with its before-RL evaluation when that used the same settings, else None.
 
     The warm start must have been made for the same model and tasks with ``--sft-steps``
-    and ``--sft-lr`` as given now. Its seconds are those of the source's results file
-    (``<results>/<source dir name>.json``) when there is one, else the time from the
-    source's config file to its SFT record less the source's base evaluation (the source
-    arm wrote its config, evaluated the base model with ``--eval-base``, then ran the SFT);
-    the source's own measure (`SFT_SECONDS`, written since) before either, and None where
-    none is known (a config written after the SFT)."""
+    and ``--sft-lr`` as given now. Its seconds: `warm_start_seconds`."""
     source = Path(source)
     earlier = yaml.safe_load(source.with_suffix(".yaml").read_text())
     for key in ("model", "tasks"):
@@ -243,19 +263,7 @@ def reuse_warm_start(
     for name in ("sft.json", "sft.jsonl", SFT_SECONDS):
         if (source / name).exists():
             shutil.copy2(source / name, run_dir / name)
-    seconds: float | None = record["created_at"] - source.with_suffix(".yaml").stat().st_mtime
-    base_eval = source / "eval-base.json"  # the source arm evaluated the base model first
-    if base_eval.exists():
-        seconds -= json.loads(base_eval.read_text()).get("seconds", 0.0)
-    if seconds <= 0:  # the config was written (or copied) after the SFT: no estimate
-        seconds = None
-    made = Path(args.results) / f"{source.name}.json" if args.results else None
-    if made is not None and made.exists():  # the source arm's own measure of its SFT
-        earlier_sft = json.loads(made.read_text()).get("sft", {})
-        if earlier_sft.get("version") == version and "reused_from" not in earlier_sft:
-            seconds = earlier_sft["seconds"]
-    if (source / SFT_SECONDS).exists():  # the measure the warm start's arm wrote beside it
-        seconds = json.loads((source / SFT_SECONDS).read_text())["seconds"]
+    seconds = warm_start_seconds(source, record, args)
     sft = {"steps": steps, "seconds": seconds, "version": version, "lr": args.sft_lr}
     sft["reused_from"] = str(source)
     report_path = source / f"eval-v{version:06d}.json"

@@ -78,8 +78,8 @@ def common_prefix(input_ids: torch.Tensor, lengths: torch.Tensor) -> int:
     return min(first, int(lengths.min()))
 
 
-def _share_length(micro: TrainBatch, rows: torch.Tensor, kept: Kept) -> int:
-    lengths = micro.attention_mask[rows].sum(dim=1)
+def _share_length(micro: TrainBatch, rows: torch.Tensor, lengths: torch.Tensor, kept: Kept) -> int:
+    """Positions of ``rows``' common prefix computed once (``lengths``: the rows' own)."""
     shared = common_prefix(micro.input_ids[rows], lengths)
     first_kept = int(kept.cols.min()) if kept.count else micro.input_ids.shape[1]
     return max(0, min(shared - 1, first_kept))
@@ -109,7 +109,7 @@ def shared_logits_at(
             index, local = kept.of_rows(rows, micro.num_rows)
             if not local.count:
                 continue
-            s = _share_length(micro, rows, local)
+            s = _share_length(micro, rows, lengths[rows], local)
             n = len(rows)
             if n < 2 or s < MIN_SHARED:
                 alone.append(rows)
