@@ -122,14 +122,9 @@ def test_an_incomplete_group_past_the_hard_bound_is_dropped_on_arrival(
     assert last["learner/dropped_episodes_total"] == 2.0
 
 
-def test_the_controller_replaces_a_dropped_incomplete_group(
-    broker,
-    spec,
-    client,
-    tmp_path,
-):
-    """issued <= (v + eta + 1) * B + dropped: the learner's count frees the window."""
-    clock = Clock()
+def controller_with_one_group(broker, spec):
+    """A controller of one group (2 episodes) per update at eta = 0, its first group issued:
+    what it issues next is the replacement of a dropped group."""
     ctl = ControllerActor.start(
         broker=broker,
         topology=spec,
@@ -140,6 +135,18 @@ def test_the_controller_replaces_a_dropped_incomplete_group(
         initial=initial(),
     )
     wait_for(lambda: ctl.proxy().stats().get()["issued"] == 2, what="first window")
+    return ctl
+
+
+def test_the_controller_replaces_a_dropped_incomplete_group(
+    broker,
+    spec,
+    client,
+    tmp_path,
+):
+    """issued <= (v + eta + 1) * B + dropped: the learner's count frees the window."""
+    clock = Clock()
+    ctl = controller_with_one_group(broker, spec)
     ref, _, _ = start(broker, spec, tmp_path, clock=clock)
     publish_trajs(client, spec, [trajectory("lost", 0, reward=1.0)])
     wait_for(lambda: ref.proxy().buffered().get() == 1, what="buffered")
@@ -241,16 +248,7 @@ def test_flat_groups_are_dropped_and_replaced_while_an_update_runs(broker, spec,
     """The update's computation runs off the actor's thread: a flat group that completes
     during a (long) update is dropped at once and the controller issues its replacement
     before the update ends. Before, it waited for the update, and so did the samplers."""
-    ctl = ControllerActor.start(
-        broker=broker,
-        topology=spec,
-        tasks={"calculator": TaskEntry(weight=1.0, num_instances=5)},
-        group_size=2,
-        episodes_per_batch=2,
-        max_staleness=0,
-        initial=initial(),
-    )
-    wait_for(lambda: ctl.proxy().stats().get()["issued"] == 2, what="first window")
+    ctl = controller_with_one_group(broker, spec)
     backend = GatedBackend()
     ref, done = start_gated(broker, spec, tmp_path, backend, max_steps=1)
     publish_trajs(
