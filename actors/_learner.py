@@ -168,6 +168,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._clock = clock
         self._steps = 0
         self._step: _Step | None = None  # the update in flight (module doc)
+        self._consumer = None  # of the trajectories queue
         self._idle_since = time.monotonic()
         self._last_step_end = time.monotonic()
         self._backend = None
@@ -186,7 +187,7 @@ class LearnerActor(pykka.ThreadingActor):
         self._transport = connect(self._broker, name=f"{self._spec.run}-learner")
         declare(self._transport, self._spec)
         ref = self.actor_ref
-        self._transport.consume(
+        self._consumer = self._transport.consume(
             self._names.trajectories, forward_to(ref, "trajectory"), prefetch=self._prefetch
         )
         self._idle_since = self._last_step_end = time.monotonic()
@@ -214,6 +215,7 @@ class LearnerActor(pykka.ThreadingActor):
         try:
             if step is not None:  # a stop waits for the update in flight, which commits
                 self._log.info("stopping: waiting for the update in flight", version=self._version)
+                self._stop_consuming()
                 step.finished.wait()
                 self._commit(step)
         finally:
@@ -222,8 +224,18 @@ class LearnerActor(pykka.ThreadingActor):
     def on_failure(self, *exc_info) -> None:
         step, self._step = self._step, None
         if step is not None:  # discarded: its trajectories, unacked, are redelivered
+            self._stop_consuming()
             step.finished.wait()  # the backend is closed after this actor: no step may run
         self._close()
+
+    def _stop_consuming(self) -> None:
+        """No more deliveries while a stopping learner waits for its update: this actor no
+        longer takes messages, so each one would go back to the queue and come straight
+        back (`forward_to`), a loop that took the CPU from the update it waits for. The
+        deliveries already received stay valid for the update's acks."""
+        if self._consumer is not None:
+            self._consumer, consumer = None, self._consumer
+            consumer.cancel()
 
     def _close(self) -> None:
         self._sweeper_stop.set()

@@ -282,6 +282,41 @@ def test_a_stop_waits_for_the_update_in_flight_and_commits_it(broker, spec, clie
     assert backend.steps == 1
 
 
+def test_a_stopping_learner_takes_no_deliveries_while_it_waits_for_its_update(
+    broker, spec, client, tmp_path, monkeypatch
+):
+    """A stopping actor takes no messages: a trajectory delivered to it goes back to the
+    queue and comes straight back. Its consumer is cancelled before it waits, so a late
+    trajectory stays in the queue (before: delivered over and over, thousands of times a
+    second, starving the update the stop waited for)."""
+    from agentrl.actors import _learner as learner_module
+
+    deliveries = []
+    real = learner_module.forward_to
+
+    def counting(ref, kind):
+        forward = real(ref, kind)
+        return lambda delivery: (deliveries.append(delivery), forward(delivery))
+
+    monkeypatch.setattr(learner_module, "forward_to", counting)
+    backend = GatedBackend()
+    ref, _ = start_gated(broker, spec, tmp_path, backend)
+    publish_trajs(client, spec, [trajectory("g", 0, reward=0.0), trajectory("g", 1, reward=1.0)])
+    assert backend.entered.wait(20)
+    stopping = ref.stop(block=False)
+    with pytest.raises(pykka.Timeout):  # in on_stop, waiting for the update
+        stopping.get(timeout=0.3)
+    before = len(deliveries)
+    publish_trajs(client, spec, [trajectory("late", 0, reward=0.0)])
+    with pytest.raises(pykka.Timeout):
+        stopping.get(timeout=0.5)
+    assert len(deliveries) == before
+    assert client.queue_depth(Topology(spec.run).trajectories) == 1
+    backend.gate.set()
+    stopping.get(timeout=20)
+    assert (tmp_path / "ckpt" / "v000001" / "DIGEST").exists()
+
+
 def test_a_step_that_raises_fails_the_learner_and_commits_nothing(broker, spec, client, tmp_path):
     backend = GatedBackend(fail=True)
     ref, _ = start_gated(broker, spec, tmp_path, backend)
