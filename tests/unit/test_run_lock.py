@@ -56,6 +56,24 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:
         time.sleep(0.2)
 
 
+def _wait_stopped(pid: int, seconds: float = 30.0) -> None:
+    """Until every thread of ``pid`` is stopped: SIGSTOP is delivered asynchronously, and a
+    thread inside a write finishes it first (a checkpoint file seen at 4 MiB of 12.6)."""
+    deadline = time.monotonic() + seconds
+    tasks = Path(f"/proc/{pid}/task")
+    while True:
+        states = []
+        for task in tasks.iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended since the listing
+                continue
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"pid {pid} not stopped after {seconds}s: {states}"
+        time.sleep(0.05)
+
+
 def _files(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
 
@@ -85,6 +103,7 @@ def test_resume_while_the_run_is_live_is_refused_and_leaves_it_alone(tmp_path):
     try:
         _wait_for(run_dir / "learner_state" / "v000002", live, 240)
         live.send_signal(signal.SIGSTOP)  # frozen: whatever changes now, the second start did
+        _wait_stopped(live.pid)
         before = _files(run_dir)
         lock_before = (run_dir / LOCK_FILE).read_text()
         second = subprocess.run([*start, "--resume"], capture_output=True, text=True, timeout=120)
