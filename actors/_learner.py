@@ -73,7 +73,6 @@ class _Step:
     version: int
     start: float
     idle: float
-    thread: threading.Thread | None = None
     trained: float = 0.0
     result: tuple[Any, dict[str, float]] | None = None
     error: BaseException | None = None
@@ -346,13 +345,12 @@ class LearnerActor(pykka.ThreadingActor):
             return
         start = time.monotonic()
         step = _Step(chosen, self._version, start, idle=start - self._last_step_end)
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # False without CUDA
             step.cuda_device = torch.cuda.current_device()
-        step.thread = threading.Thread(
-            target=self._run_step, args=(step,), name="learner-step", daemon=True
-        )
         self._step = step
-        step.thread.start()
+        threading.Thread(
+            target=self._run_step, args=(step,), name="learner-step", daemon=True
+        ).start()
 
     def _run_step(self, step: _Step) -> None:
         """The update's computation (the step's thread): nothing here touches the buffer,
