@@ -1,14 +1,16 @@
-"""A GRPO group's shared prompt forwarded once per micro-batch, not once per member.
+"""A GRPO group's shared prompt forwarded once per update, not once per member.
 
 The G episodes of a group start from the same prompt (system prompt, tool schemas,
 the task's first message): 62-85% of a batch's context tokens in the levels-0+1 runs.
 Computed per row, that prompt costs G forward passes, G backward passes and G more for
-the KL reference. Here the rows of one group in a micro-batch share it:
+the KL reference. Here the rows of one group share it:
 
-1. ``s`` = the rows' longest common prefix, kept before the first trained target of
-   the micro-batch and before the rows' last shared token (whose logits are needed);
+1. ``s`` = the group's longest common prefix, kept before its first trained target and
+   before the rows' last shared token (whose logits are needed);
 2. the prefix runs once (batch of 1) with the model's KV cache on; its per-layer keys
-   and values are expanded (a view, no copy) to the group's ``n`` rows;
+   and values are expanded (a view, no copy) to the rows of the group in a micro-batch;
+   a group split over several micro-batches computes it in the first and attends it in
+   each (`GroupPrefixes`: once per update and model);
 3. the rows' continuations run on that cache at positions ``s ..`` with the full
    attention mask, and the LM head runs at each row's own trained targets
    (`_scoring.Kept`).
@@ -47,7 +49,13 @@ import torch
 from ._batch import TrainBatch, _cut
 from ._scoring import HEAD_ONLY_TYPES, Kept, body_and_head, logits_at, slices_logits
 
-__all__ = ["can_share", "common_prefix", "group_micro_batches", "shared_logits_at"]
+__all__ = [
+    "GroupPrefixes",
+    "can_share",
+    "common_prefix",
+    "group_micro_batches",
+    "shared_logits_at",
+]
 
 SHARED_TYPES = HEAD_ONLY_TYPES
 """The model types the shared path runs: those whose body and head are called apart
@@ -85,6 +93,81 @@ def _share_length(micro: TrainBatch, rows: torch.Tensor, lengths: torch.Tensor, 
     return max(0, min(shared - 1, first_kept))
 
 
+class GroupPrefixes:
+    """Each group's shared prompt computed once per update and model, whatever the
+    micro-batches its rows fall into.
+
+    `group_micro_batches` splits a group too large for one micro-batch into chunks; run
+    apart, every chunk forwarded the prompt again (and its backward and the reference's
+    forward again): on the 96 trained groups of the seed-2 arm, 33% more positions than
+    the prompt once (342,145 against 257,173; alfworld groups came in 4 chunks, webshop's
+    in 6.7). Here the first chunk computes the prompt's keys and values; every chunk of the
+    group attends a detached copy of them (``grad``: a leaf that gathers the chunks'
+    gradients) and, after the group's last micro-batch has gone backward (`done`), the
+    gathered gradients run back through the prompt's own graph: the gradient of the
+    unshared computation, up to float summation order (a test holds it). Memory stays
+    within `group_micro_batches`'s budget: a chunk's cost counts the prompt.
+
+    ``lengths``: each group's prompt length ``s`` (0: its rows run unshared), from all of
+    its rows in ``batch`` (every chunk attends the same prompt). Without ``grad`` (the
+    reference, under ``torch.no_grad``) the chunks attend the prompt's tensors themselves.
+    """
+
+    def __init__(self, batch: TrainBatch, micros: list[TrainBatch], *, grad: bool) -> None:
+        self.grad = grad
+        self.lengths: dict[int, int] = {}
+        lengths = batch.attention_mask.sum(dim=1)
+        kept = Kept(*batch.loss_mask.bool().nonzero(as_tuple=True))
+        for group in torch.unique(batch.group_index).tolist():
+            rows = (batch.group_index == group).nonzero().squeeze(-1)
+            _, local = kept.of_rows(rows, batch.num_rows)
+            s = _share_length(batch, rows, lengths[rows], local)
+            self.lengths[group] = s if len(rows) >= 2 and s >= MIN_SHARED else 0
+        self._left: dict[int, int] = {}
+        for micro in micros:
+            for group in torch.unique(micro.group_index).tolist():
+                self._left[group] = self._left.get(group, 0) + 1
+        self._kv: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+
+    @classmethod
+    def of(cls, micro: TrainBatch) -> GroupPrefixes:
+        """One micro-batch on its own: each group's prompt within it, attended directly
+        (the continuation's graph runs through it; nothing for `done`)."""
+        return cls(micro, [], grad=False)
+
+    def keys_values(self, body: torch.nn.Module, ids: torch.Tensor, group: int) -> list:
+        """The group's prompt keys and values per layer ``[(k, v)]``, ``ids`` its tokens
+        ``[1, s]``: computed at the group's first call."""
+        if group not in self._kv:
+            cache = body(input_ids=ids, use_cache=True).past_key_values
+            roots = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            if self.grad and torch.is_grad_enabled():  # (a frozen base's keys need none)
+                used = [t.detach().requires_grad_(True) if t.requires_grad else t for t in roots]
+            else:
+                used, roots = roots, []
+            self._kv[group] = (roots, used)
+        used = self._kv[group][1]
+        return list(zip(used[0::2], used[1::2], strict=True))
+
+    def done(self, micro: TrainBatch) -> None:
+        """After ``micro``'s backward: the prompts of groups with no micro-batch left send
+        their gathered gradients back through their own graph, then go."""
+        for group in torch.unique(micro.group_index).tolist():
+            self._left[group] -= 1
+            if self._left[group] or group not in self._kv:
+                continue
+            roots, used = self._kv.pop(group)
+            if not roots:  # attended directly: nothing gathered
+                continue
+            pairs = [
+                (r, u.grad)
+                for r, u in zip(roots, used, strict=True)
+                if r.requires_grad and u.grad is not None
+            ]
+            if pairs:
+                torch.autograd.backward([r for r, _ in pairs], [g for _, g in pairs])
+
+
 def shared_logits_at(
     model: torch.nn.Module,
     micro: TrainBatch,
@@ -92,11 +175,15 @@ def shared_logits_at(
     device: torch.device,
     *,
     autocast: bool = False,
+    prefixes: GroupPrefixes | None = None,
 ) -> torch.Tensor:
     """``[N, V]`` logits of ``model`` on ``micro`` at the ``kept`` targets, each group's
-    shared prefix computed once (`_scoring.logits_at`'s result, shared work)."""
+    shared prefix computed once (`_scoring.logits_at`'s result, shared work): once per
+    update with ``prefixes`` (`GroupPrefixes`), else once in this micro-batch."""
     from transformers import DynamicCache
 
+    if prefixes is None:
+        prefixes = GroupPrefixes.of(micro)
     body, head = body_and_head(model)
     ids = micro.input_ids.to(device)
     mask = micro.attention_mask.to(device)
@@ -104,26 +191,25 @@ def shared_logits_at(
     pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # indices into kept, their logits
     alone: list[torch.Tensor] = []  # rows of groups without a prefix worth sharing
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        for group in torch.unique(micro.group_index):
+        for group in torch.unique(micro.group_index).tolist():
             rows = (micro.group_index == group).nonzero().squeeze(-1)
             index, local = kept.of_rows(rows, micro.num_rows)
             if not local.count:
                 continue
-            s = _share_length(micro, rows, lengths[rows], local)
-            n = len(rows)
-            if n < 2 or s < MIN_SHARED:
+            s = prefixes.lengths[group]
+            if not s:
                 alone.append(rows)
                 continue
+            n = len(rows)
             # the group's rows run to the longest of them, not to the micro-batch's width:
             # a micro-batch packs groups of other lengths (`group_micro_batches` counts each
             # group's rows padded to its own longest), and the padding would cost
             # activations for positions no target needs
             width = int(lengths[rows].max())
-            prefix = body(input_ids=ids[rows[:1], :s], use_cache=True)
+            layers = prefixes.keys_values(body, ids[rows[:1], :s], group)
             cache = DynamicCache(
                 ddp_cache_data=[
-                    (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-                    for layer in prefix.past_key_values.layers
+                    (k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers
                 ],
                 config=model.config,
             )

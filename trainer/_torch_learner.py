@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
@@ -30,7 +31,7 @@ from ._memory import release_freed_memory
 from ._models import load_causal_lm
 from ._scoring import Kept, logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
-from ._shared_prefix import can_share, group_micro_batches, shared_logits_at
+from ._shared_prefix import GroupPrefixes, can_share, group_micro_batches, shared_logits_at
 
 __all__ = ["TorchLearner"]
 
@@ -104,7 +105,7 @@ class TorchLearner:
         ``autocast``: forward passes (policy, reference, scoring) in bfloat16 under
         ``torch.autocast`` while weights, gradients and AdamW stay in ``dtype``, which
         must then be float32; the log-softmax runs in float32 (`._scoring`).
-        ``share_prefix``: a group's shared prompt is forwarded once per micro-batch, for the
+        ``share_prefix``: a group's shared prompt is forwarded once per update, for the
         policy and the reference (`._shared_prefix`; the same gradients), where the model
         allows it (not under gradient checkpointing); None: on a CPU device only.
         ``lora``: train low-rank adapters over a frozen base (`._lora.lora_policy`: the base
@@ -238,15 +239,20 @@ class TorchLearner:
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(LOSS_SUMS, 0.0)
         count = 0
-        split = group_micro_batches if self.share_prefix else micro_batches
-        for micro in split(batch, self.micro_batch_tokens):
+        if self.share_prefix:  # each group's prompt once per update, for each model
+            micros = group_micro_batches(batch, self.micro_batch_tokens)
+            own = GroupPrefixes(batch, micros, grad=True)
+            ref = GroupPrefixes(batch, micros, grad=False)
+        else:
+            micros, own, ref = micro_batches(batch, self.micro_batch_tokens), None, None
+        for micro in _then_done(micros, own, ref):
             count += 1
             micro_tokens = micro.num_tokens
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
             keep = trained_positions(micro, self.device)
-            logits = self._logits(self.model, micro, keep)
+            logits = self._logits(self.model, micro, keep, own)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
@@ -264,7 +270,7 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.use_kl:
                 with torch.no_grad():
-                    ref_logits = self._reference_logits(micro, keep)
+                    ref_logits = self._reference_logits(micro, keep, ref)
                     ref_logp = target_logprobs(
                         ref_logits, micro, keep, self.temperature, self.device
                     )
@@ -312,18 +318,29 @@ class TorchLearner:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics
 
-    def _logits(self, model: torch.nn.Module, micro: TrainBatch, keep: Kept):
+    def _logits(
+        self,
+        model: torch.nn.Module,
+        micro: TrainBatch,
+        keep: Kept,
+        prefixes: GroupPrefixes | None = None,
+    ):
         """``[N, V]`` logits at the ``keep`` targets: each group's prompt once with
-        ``share_prefix``."""
-        score = shared_logits_at if self.share_prefix else logits_at
-        return score(model, micro, keep, self.device, autocast=self.autocast)
+        ``share_prefix`` (once per update with ``prefixes``)."""
+        if self.share_prefix:
+            return shared_logits_at(
+                model, micro, keep, self.device, autocast=self.autocast, prefixes=prefixes
+            )
+        return logits_at(model, micro, keep, self.device, autocast=self.autocast)
 
-    def _reference_logits(self, micro: TrainBatch, keep: Kept):
+    def _reference_logits(
+        self, micro: TrainBatch, keep: Kept, prefixes: GroupPrefixes | None = None
+    ):
         """The KL reference's logits: the frozen copy, or with lora the base itself."""
         if self._peft is None:
-            return self._logits(self.reference, micro, keep)
+            return self._logits(self.reference, micro, keep, prefixes)
         with self._peft.disable_adapter():
-            return self._logits(self.model, micro, keep)
+            return self._logits(self.model, micro, keep, prefixes)
 
     # --- scoring ----------------------------------------------------------------
 
@@ -372,3 +389,13 @@ class TorchLearner:
                 self.state_dir, self.version, self.optimizer, self.steps, keep=self.keep_states
             )
         return digest
+
+
+def _then_done(micros: list[TrainBatch], *stores: GroupPrefixes | None) -> Iterator[TrainBatch]:
+    """``micros`` one by one; once the loop's body has run for one (its backward included,
+    or its ``continue``), each store's `GroupPrefixes.done` for it."""
+    for micro in micros:
+        yield micro
+        for store in stores:
+            if store is not None:
+                store.done(micro)

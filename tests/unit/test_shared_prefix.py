@@ -11,6 +11,7 @@ from agentrl.trainer import TorchLearner, build_batch, micro_batches
 from agentrl.trainer._scoring import logits_at, trained_positions
 from agentrl.trainer._shared_prefix import (
     SHARED_TYPES,
+    GroupPrefixes,
     can_share,
     common_prefix,
     group_micro_batches,
@@ -142,6 +143,61 @@ def test_an_update_with_shared_prompts_has_the_unshared_gradients_and_metrics(mo
     for (name, p), q in zip(plain.model.named_parameters(), shared.model.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
     assert any(float(p.grad.abs().sum()) > 0 for p in shared.model.parameters())
+
+
+def _prompt_forwards(model: torch.nn.Module) -> tuple[list[int], object]:
+    """Counts the body's forwards that compute a prompt's cache (no cache given)."""
+    calls: list[int] = []
+
+    def hook(module, args, kwargs):
+        if kwargs.get("use_cache") and kwargs.get("past_key_values") is None:
+            calls.append(int(kwargs["input_ids"].shape[1]))
+
+    return calls, model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_a_group_split_across_micro_batches_forwards_its_prompt_once(model_dir):
+    # a budget of 45 positions splits each group of three (a 20-token prompt, rests of
+    # 13-20) into a micro-batch per member; the prompt is still computed once per group
+    # for the policy and once for the reference, and the gradients are the unshared ones
+    batch = grouped_batch(1)
+    settings = dict(kl_coef=0.1, temperature=0.8, micro_batch_tokens=45)
+    plain = TorchLearner(model_dir, share_prefix=False, **settings)
+    shared = TorchLearner(model_dir, share_prefix=True, **settings)
+    micros = group_micro_batches(batch, 45)
+    assert len(micros) >= 6  # groups a and b split, member by member
+    calls, handles = [], []
+    for model in (shared.model, shared.reference):
+        got, handle = _prompt_forwards(model)
+        calls.append(got)
+        handles.append(handle)
+    try:
+        want = plain.accumulate_gradients(batch)
+        got = shared.accumulate_gradients(batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert calls == [[19, 19], [19, 19]]  # groups a and b, each once per model
+    for key in ("learner/loss", "learner/pg_loss", "learner/kl", "learner/entropy"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
+    for (name, p), q in zip(plain.model.named_parameters(), shared.model.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_a_groups_prompt_is_let_go_after_its_last_micro_batch(model_dir):
+    model = TorchLearner(model_dir, kl_coef=0.0).model
+    batch = grouped_batch(1)
+    micros = group_micro_batches(batch, 45)
+    store = GroupPrefixes(batch, micros, grad=True)
+    held = []
+    for micro in micros:
+        keep = trained_positions(micro, torch.device("cpu"))
+        shared_logits_at(model, micro, keep, torch.device("cpu"), prefixes=store).sum().backward()
+        store.done(micro)
+        held.append(len(store._kv))
+    # a group's prompt is held from its first micro-batch to its last, then released
+    assert max(held) == 1 and held[-1] == 0
+    assert all(p.grad is not None for p in model.get_decoder().layers[0].parameters())
 
 
 def test_gradient_checkpointing_turns_sharing_off(model_dir):
