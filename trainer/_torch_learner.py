@@ -166,6 +166,8 @@ class TorchLearner:
             self.reference = reference.to(self.device).eval().requires_grad_(False)
         elif own_reference:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if self.reference is not None and autocast:
+            _linear_weights_in_bfloat16(self.reference)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=lr,
@@ -389,6 +391,21 @@ class TorchLearner:
                 self.state_dir, self.version, self.optimizer, self.steps, keep=self.keep_states
             )
         return digest
+
+
+def _linear_weights_in_bfloat16(model: torch.nn.Module) -> None:
+    """The frozen reference under autocast: each linear layer's weight and bias stored in
+    bfloat16, what autocast casts them to at every call, so the same logits bit for bit
+    (a test holds it) without a cast of the model per forward (a frozen weight is not in
+    autocast's cache), in about half the memory. A weight tied to the input embedding (an
+    LM head) stays: the embedding's lookup does not run under autocast."""
+    embedding = model.get_input_embeddings()
+    tied = None if embedding is None else embedding.weight
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight is not tied:
+            module.weight.data = module.weight.data.to(torch.bfloat16)
+            if module.bias is not None:
+                module.bias.data = module.bias.data.to(torch.bfloat16)
 
 
 def _then_done(micros: list[TrainBatch], *stores: GroupPrefixes | None) -> Iterator[TrainBatch]:

@@ -29,6 +29,26 @@ def test_the_forward_runs_in_bfloat16_and_the_logprobs_in_float32(model_dir):  #
     assert learner.logprobs(batch).dtype == torch.float32
 
 
+def test_the_reference_stores_its_linear_weights_in_bfloat16_with_the_same_logits(
+    model_dir,  # noqa: F811
+):
+    learner = TorchLearner(model_dir, autocast=True, **HYPER)
+    plain = TorchLearner(model_dir, **HYPER).reference  # float32, cast at every call
+    reference = learner.reference
+    linears = [m for m in reference.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears
+    head = reference.get_output_embeddings()
+    tied = head.weight is reference.get_input_embeddings().weight
+    assert all(m.weight.dtype == torch.bfloat16 for m in linears if m is not head or not tied)
+    assert reference.get_input_embeddings().weight.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in learner.model.parameters())
+    batch = make_batch()
+    keep = _scoring.trained_positions(batch, learner.device)
+    got = _scoring.logits_at(reference, batch, keep, learner.device, autocast=True)
+    want = _scoring.logits_at(plain, batch, keep, learner.device, autocast=True)
+    assert torch.equal(got, want)
+
+
 def test_an_autocast_update_keeps_float32_state_and_matches_float32(model_dir):  # noqa: F811
     fp32 = TorchLearner(model_dir, **HYPER)
     batch = on_policy(fp32, make_batch())
