@@ -23,6 +23,11 @@ it prints its seconds and ratio, the mean and largest |Δ logprob| of the traine
 before the update, and how far its first update lands from float32's, relative to the
 update's size (``||W_bf16 - W_fp32|| / ||W_fp32 - W_0||``).
 
+**bfloat16 compute** (``learner.bf16_compute``: the passes on a bfloat16 copy of the float32
+masters, refreshed once per update; activations, norms and attention in bfloat16; the
+gradients added into float32 after each micro-batch) runs alone (``bf16``) and with the
+shared prompt (``shared+bf16``), compared like autocast.
+
 **LoRA** (``learner.lora``: rank ``--lora-rank`` adapters on every linear layer, the base
 frozen and serving as the KL reference, AdamW on the adapters only) runs alone and with the
 shared prompt and autocast. LoRA is another update by design, so it is compared by its
@@ -30,7 +35,10 @@ seconds, its checkpoint's size (the adapters, against the full model's float32 s
 and the trained tokens' logprobs before its first update (the base's: B = 0).
 
 All ways run in this one process, one after the other, with ``--threads`` torch threads
-(default: the cores). Prints seconds per update of each way and their ratios.
+(default: the cores). Prints seconds per update of each way and their ratios. ``--ways``
+names the ways to run beside today's float32 (which always runs: every ratio is against
+it), e.g. ``--ways shared+autocast`` for the headline alone; by default the flags above
+choose them.
 """
 
 from __future__ import annotations
@@ -153,6 +161,7 @@ def time_updates(
     share=False,
     checkpointing=None,
     lora=None,
+    bf16=False,
 ):
     """One way: median seconds per update, the trained tokens' logprobs before the first
     update ``[B, L]``, the weights after the first (untimed) update, and the MB of the
@@ -170,6 +179,7 @@ def time_updates(
             autocast=autocast,
             share_prefix=share,
             lora=lora,
+            bf16_compute=bf16,
         )
         if share and not learner.share_prefix:
             raise SystemExit("the shared prompt is off for this model")
@@ -188,6 +198,43 @@ def time_updates(
         return statistics.median(seconds), scored, first, size
     finally:
         _scoring.slices_logits = original
+
+
+WAYS = (
+    "every-position",
+    "autocast",
+    "bf16",
+    "shared",
+    "shared+autocast",
+    "shared+bf16",
+    "lora",
+    "lora+shared+autocast",
+)
+"""The ways `--ways` names, in the order they run (after today's float32)."""
+
+
+def parse_ways(text: str) -> list[str]:
+    ways = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = sorted(set(ways) - set(WAYS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown ways {unknown}: choose from {', '.join(WAYS)}")
+    return ways
+
+
+def default_ways(args) -> list[str]:
+    """The ways the flags choose: every position always; autocast (with bfloat16 compute),
+    the shared prompt and LoRA as ``--autocast``, ``--shared-prompt`` and ``--lora-rank``
+    say."""
+    ways = ["every-position"]
+    if args.autocast:  # (and bfloat16 compute beside it)
+        ways += ["autocast", "bf16"]
+    if args.shared_prompt:
+        ways += ["shared", "shared+autocast", "shared+bf16"] if args.autocast else ["shared"]
+    if args.lora_rank:
+        ways.append("lora")
+        if args.shared_prompt and args.autocast:
+            ways.append("lora+shared+autocast")
+    return ways
 
 
 def update_distance(a: dict, b: dict, base: dict) -> float:
@@ -217,6 +264,7 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16,
                         help="also time LoRA at this rank (0: not)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--ways", type=parse_ways, help=f"comma-separated: {', '.join(WAYS)}")
     parser.add_argument("--trace", type=Path,
                         help="real episodes: a run's trace.sqlite")  # fmt: skip
     parser.add_argument("--groups", type=int, default=2, help="with --trace: whole groups")
@@ -257,29 +305,35 @@ def main() -> None:
     base = {}
     for path in sorted(model_dir.glob("*.safetensors")):
         base.update(load_file(str(path)))
-    full, scored_full, _, _ = time_updates(model_dir, batch, args, sliced=False)
-    print(f"logits at every position:      {full:.2f} s per update", flush=True)
+    ways = args.ways if args.ways is not None else default_ways(args)
+    if "every-position" in ways:
+        full, scored_full, _, _ = time_updates(model_dir, batch, args, sliced=False)
+        print(f"logits at every position:      {full:.2f} s per update", flush=True)
     kept, scored, first, full_mb = time_updates(model_dir, batch, args, sliced=True)
     print(f"logits at trained positions:   {kept:.2f} s per update", flush=True)
-    print(f"ratio trained-only / every position: {kept / full:.3f}")
-    logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
-    print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
-    if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
-        raise SystemExit("the two ways score the trained tokens differently")
+    if "every-position" in ways:
+        print(f"ratio trained-only / every position: {kept / full:.3f}")
+        logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
+        print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
+        if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
+            raise SystemExit("the two ways score the trained tokens differently")
     mask = batch.loss_mask.bool()
     tied = {k: v for k, v in base.items() if k in first}
-    ways = [("bf16 autocast", dict(autocast=True))] if args.autocast else []
-    if args.shared_prompt:
-        ways += [("shared prompt", dict(share=True, checkpointing=False))]
-        if args.autocast:
-            ways += [("shared prompt + bf16 autocast", dict(share=True, checkpointing=False,
-                                                           autocast=True))]  # fmt: skip
-    if args.lora_rank:
-        lora = LoraSpec(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-        ways += [(f"lora r{args.lora_rank}", dict(lora=lora))]
-        if args.shared_prompt and args.autocast:
-            ways += [(f"lora r{args.lora_rank} + shared prompt + bf16 autocast",
-                      dict(lora=lora, share=True, checkpointing=False, autocast=True))]  # fmt: skip
+    lora = LoraSpec(rank=args.lora_rank or 16, alpha=2.0 * (args.lora_rank or 16))
+    r = lora.rank
+    how_of = {
+        "autocast": ("bf16 autocast", dict(autocast=True)),
+        "bf16": ("bf16 compute", dict(bf16=True)),
+        "shared": ("shared prompt", dict(share=True, checkpointing=False)),
+        "shared+autocast": ("shared prompt + bf16 autocast",
+                            dict(share=True, checkpointing=False, autocast=True)),
+        "shared+bf16": ("shared prompt + bf16 compute",
+                        dict(share=True, checkpointing=False, bf16=True)),
+        "lora": (f"lora r{r}", dict(lora=lora)),
+        "lora+shared+autocast": (f"lora r{r} + shared prompt + bf16 autocast",
+                                 dict(lora=lora, share=True, checkpointing=False, autocast=True)),
+    }  # fmt: skip
+    ways = [how_of[w] for w in WAYS if w in ways and w in how_of]
     for label, how in ways:
         seconds, scored_way, first_way, mb = time_updates(model_dir, batch, args, **how)
         gap = (scored_way - scored).abs()[mask]

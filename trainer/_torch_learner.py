@@ -61,6 +61,14 @@ class TorchLearner:
     the adapters only, the KL reference is the base with the adapters disabled, and
     ``save`` writes the adapters only.
 
+    bfloat16 compute (``bf16_compute``): ``model`` holds the float32 master weights, which
+    AdamW updates and ``save`` writes; the forward and backward passes run on ``compute``,
+    a bfloat16 copy of them refreshed once per update (one cast per update, not one per
+    micro-batch as under autocast; activations, norms and attention in bfloat16, as a
+    bfloat16 sampler engine computes them). After each micro-batch its bfloat16 gradients
+    are added into the masters' float32 ``.grad`` (`_gather_gradients`). The KL reference
+    is a bfloat16 copy of the initial weights.
+
     Simplified: no entropy bonus, the model runs in ``train()`` mode (set
     dropout to 0 in the model config, as HF causal LMs ship, or the logprob
     gap will not be 0).
@@ -94,6 +102,7 @@ class TorchLearner:
         keep_states: int = 2,
         objective: str = "grpo",
         lora: LoraSpec | None = None,
+        bf16_compute: bool = False,
     ) -> None:
         """``reference_dir``: the frozen KL reference (with ``kl_coef > 0``); default
         ``model_dir``. A run resumed from a checkpoint passes its initial model here, so
@@ -110,7 +119,9 @@ class TorchLearner:
         allows it (not under gradient checkpointing); None: on a CPU device only.
         ``lora``: train low-rank adapters over a frozen base (`._lora.lora_policy`: the base
         is ``reference_dir``, default ``model_dir``; ``model_dir`` may be an adapter
-        checkpoint, which then resumes). The SFT objective refuses it."""
+        checkpoint, which then resumes). The SFT objective refuses it.
+        ``bf16_compute``: the passes on a bfloat16 copy of the float32 masters (above);
+        needs ``dtype`` float32, no ``autocast`` (it replaces it), no LoRA, objective grpo."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -118,6 +129,10 @@ class TorchLearner:
             raise ValueError(
                 f"autocast keeps float32 master weights: dtype must be float32, got {dtype!r}"
             )
+        if bf16_compute:
+            problem = _bf16_compute_problem(dtype, autocast, lora, objective)
+            if problem is not None:
+                raise ValueError(f"bf16_compute: {problem}")
         if temperature <= 0:
             raise ValueError(
                 f"temperature must be > 0, got {temperature}: the learner scores tokens "
@@ -153,6 +168,19 @@ class TorchLearner:
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()  # non-reentrant: LoRA's grads flow
         self.model.train()
+        self.bf16_compute = bf16_compute
+        # the module the passes run on: the masters, or their bfloat16 copy
+        self.compute = self.model
+        self._pairs: list[tuple[torch.nn.Parameter, torch.nn.Parameter]] = []
+        self._compute_stale = False
+        if bf16_compute:
+            self.compute = copy.deepcopy(self.model).to(torch.bfloat16).train()
+            self._pairs = [
+                (m, c)
+                for (_, m), (_, c) in zip(
+                    self.model.named_parameters(), self.compute.named_parameters(), strict=True
+                )
+            ]
         if share_prefix is None:
             share_prefix = self.device.type == "cpu"
         self.share_prefix = share_prefix and can_share(self.model)
@@ -166,7 +194,9 @@ class TorchLearner:
             self.reference = reference.to(self.device).eval().requires_grad_(False)
         elif own_reference:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-        if self.reference is not None and autocast:
+        if self.reference is not None and bf16_compute:
+            self.reference.to(torch.bfloat16)  # the compute copy's initial weights, exactly
+        elif self.reference is not None and autocast:
             _linear_weights_in_bfloat16(self.reference)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -187,6 +217,7 @@ class TorchLearner:
             device=str(self.device),
             dtype=dtype,
             autocast=autocast,
+            bf16_compute=bf16_compute,
             lora=lora,
         )
 
@@ -218,6 +249,7 @@ class TorchLearner:
             group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self._compute_stale = self.bf16_compute
         self.steps += 1
         metrics["learner/grad_norm"] = float(grad_norm)
         metrics["learner/lr"] = lr
@@ -238,6 +270,7 @@ class TorchLearner:
                 device=self.device,
                 autocast=self.autocast,
             )
+        self._refresh_compute()
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(LOSS_SUMS, 0.0)
         count = 0
@@ -247,14 +280,15 @@ class TorchLearner:
             ref = GroupPrefixes(batch, micros, grad=False)
         else:
             micros, own, ref = micro_batches(batch, self.micro_batch_tokens), None, None
-        for micro in _then_done(micros, own, ref):
+        gather = self._gather_gradients if self.bf16_compute else None
+        for micro in _then_done(micros, own, ref, after=gather):
             count += 1
             micro_tokens = micro.num_tokens
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
             keep = trained_positions(micro, self.device)
-            logits = self._logits(self.model, micro, keep, own)
+            logits = self._logits(self.compute, micro, keep, own)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
@@ -344,6 +378,27 @@ class TorchLearner:
         with self._peft.disable_adapter():
             return self._logits(self.model, micro, keep, prefixes)
 
+    def _refresh_compute(self) -> None:
+        """bf16_compute: the bfloat16 copy takes the masters' weights, once per update."""
+        if not self._compute_stale:
+            return
+        with torch.no_grad():
+            for master, compute in self._pairs:
+                compute.copy_(master)
+        self._compute_stale = False
+
+    def _gather_gradients(self, micro: TrainBatch | None = None) -> None:
+        """bf16_compute: the copy's bfloat16 gradients (one micro-batch's) added into the
+        masters' float32 ``.grad``, so the accumulation over micro-batches is in float32."""
+        for master, compute in self._pairs:
+            if compute.grad is None:
+                continue
+            if master.grad is None:
+                master.grad = compute.grad.to(torch.float32)
+            else:
+                master.grad.add_(compute.grad)
+            compute.grad = None
+
     # --- scoring ----------------------------------------------------------------
 
     @torch.no_grad()
@@ -352,13 +407,14 @@ class TorchLearner:
 
         Aligned like ``batch.old_logprobs``, so it can stand in for them.
         """
+        self._refresh_compute()
         out = torch.zeros_like(batch.loss_mask, dtype=torch.float32)
         per_chunk = max(1, self.micro_batch_tokens // max(1, batch.input_ids.shape[1]))
         for start in range(0, batch.num_rows, per_chunk):
             rows = torch.arange(start, min(start + per_chunk, batch.num_rows))
             micro = batch.select(rows)
             keep = trained_positions(micro, self.device)
-            logits = logits_at(self.model, micro, keep, self.device, autocast=self.autocast)
+            logits = logits_at(self.compute, micro, keep, self.device, autocast=self.autocast)
             logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
             out[rows] = logp.float().cpu() * micro.loss_mask
         return out
@@ -408,11 +464,29 @@ def _linear_weights_in_bfloat16(model: torch.nn.Module) -> None:
                 module.bias.data = module.bias.data.to(torch.bfloat16)
 
 
-def _then_done(micros: list[TrainBatch], *stores: GroupPrefixes | None) -> Iterator[TrainBatch]:
+def _bf16_compute_problem(dtype: str, autocast: bool, lora, objective: str) -> str | None:
+    """Why ``bf16_compute`` cannot run with these settings, or None."""
+    if dtype != "float32":
+        return f"keeps float32 master weights: dtype must be float32, got {dtype!r}"
+    if autocast:
+        return "replaces autocast: set one of them"
+    if lora is not None:
+        return "trains the whole model: unset lora"
+    if objective != "grpo":
+        return "runs the grpo objective only: the SFT warm start uses autocast or float32"
+    return None
+
+
+def _then_done(
+    micros: list[TrainBatch], *stores: GroupPrefixes | None, after=None
+) -> Iterator[TrainBatch]:
     """``micros`` one by one; once the loop's body has run for one (its backward included,
-    or its ``continue``), each store's `GroupPrefixes.done` for it."""
+    or its ``continue``), each store's `GroupPrefixes.done` for it, then ``after(micro)``
+    (the prompts' gradients are in by then)."""
     for micro in micros:
         yield micro
         for store in stores:
             if store is not None:
                 store.done(micro)
+        if after is not None:
+            after(micro)

@@ -216,6 +216,15 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append(
             "learner.autocast: needs dtype float32 (its master weights) and backend torch"
         )
+    if ln.bf16_compute:
+        if ln.dtype != "float32" or ln.backend != "torch":
+            problems.append(
+                "learner.bf16_compute: needs dtype float32 (its master weights) and backend torch"
+            )
+        if ln.autocast:
+            problems.append("learner.bf16_compute: replaces learner.autocast: set one of them")
+        if ln.lora is not None:
+            problems.append("learner.bf16_compute: trains the whole model: unset learner.lora")
     if (problem := device_problem(ln.device)) is not None:
         problems.append(f"learner.device: {problem}")
     for name, pool in cfg.pools.items():

@@ -226,6 +226,14 @@ class LearnerConfig:
     tensor cores on GPUs) while weights, gradients and AdamW stay float32 (`dtype` must be
     float32) and the log-softmax runs in float32; the sampler engines then run in bfloat16
     (docs/engines.md "dtype": `rollout/logprob_gap_current` is no longer ~0)."""
+    bf16_compute: bool = False
+    """torch backend, instead of autocast: the forward and backward passes run on a bfloat16
+    copy of the float32 master weights, refreshed once per update (autocast casts every
+    weight at each micro-batch); activations, norms and attention run in bfloat16, as in the
+    bfloat16 sampler engines. Each micro-batch's gradients are added into the masters'
+    float32 gradients; AdamW and checkpoints stay float32, the log-softmax float32. Faster
+    than autocast and further from float32 (bench/README.md "learner step"). Needs dtype
+    float32, backend torch, no lora; the SFT warm start then runs under autocast."""
     share_prefix: bool | None = None
     """torch backend: a group's shared prompt is forwarded once per micro-batch for the
     policy and the reference, the same gradients as per row (trainer/_shared_prefix.py);
@@ -248,8 +256,9 @@ class LearnerConfig:
 
     @property
     def engine_dtype(self) -> str:
-        """The sampler engines' dtype: bfloat16 under `autocast`, else `dtype`."""
-        return "bfloat16" if self.autocast else self.dtype
+        """The sampler engines' dtype: bfloat16 under `autocast` or `bf16_compute`, else
+        `dtype`."""
+        return "bfloat16" if self.autocast or self.bf16_compute else self.dtype
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend
         weights,
         gradient_checkpointing=ln.gradient_checkpointing,
         autocast=ln.autocast,
+        bf16_compute=ln.bf16_compute,
         share_prefix=ln.share_prefix,
         lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
         **_update_args(cfg, version),

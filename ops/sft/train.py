@@ -171,7 +171,7 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
             kl_coef=0.0,  # the NLL has no KL term: no reference model
             micro_batch_tokens=ln.micro_batch_tokens,
             gradient_checkpointing=ln.gradient_checkpointing,
-            autocast=ln.autocast,
+            autocast=ln.autocast or ln.bf16_compute,  # bf16_compute: RL updates only
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,

@@ -142,3 +142,28 @@ def test_shared_prompts_and_autocast_on_the_device(device, model_dir, tokenizer,
     )
     assert grad_diff < 1e-4 and worst < 1e-4, (grad_diff, worst)
     assert _rel(want["learner/entropy"], auto_metrics["learner/entropy"]) < 1e-2
+
+
+def test_bf16_compute_on_the_device(device, model_dir, tokenizer, tmp_path, report):
+    """The bfloat16 copy, its gradients and the float32 masters all on the device; two
+    updates land where float32's do, within bfloat16's rounding."""
+    batches = [synthetic_batch(len(tokenizer), seed=s) for s in (1, 2)]
+    bf16 = TorchLearner(model_dir, device=device, bf16_compute=True, **HYPER)
+    kind = torch.device(device).type
+    assert all(
+        p.device.type == kind and p.dtype == torch.bfloat16 for p in bf16.compute.parameters()
+    )
+    assert all(p.device.type == kind and p.dtype == torch.float32 for p in bf16.model.parameters())
+    assert all(p.device.type == kind for p in bf16.reference.parameters())
+    got = _updates(bf16, batches, tmp_path / "bf16")
+    assert all(p.grad is None for p in bf16.compute.parameters())
+    del bf16
+    want = _updates(TorchLearner(model_dir, device=device, **HYPER), batches, tmp_path / "fp32")
+    base = hf_weights(model_dir)
+    diff = relative_difference(hf_weights(tmp_path / "fp32"), hf_weights(tmp_path / "bf16"), base)
+    entropy = max(
+        _rel(w["learner/entropy"], g["learner/entropy"]) for w, g in zip(want, got, strict=True)
+    )
+    report(bf16_compute_update_rel_diff=diff, bf16_compute_entropy_rel_diff=entropy)
+    assert got[0]["learner/kl"] == 0.0  # the copy and the reference hold the same weights
+    assert diff < 0.6 and entropy < 2e-2, (diff, entropy, want, got)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/learner_step.py on the device machine's CPU (a Xeon with AMX), as on the 2-core
+# machines: 2 torch threads pinned to two CPUs of different physical cores, on a random
+# model of SmolLM2's shape built from .gpu/smollm2 (its config and tokenizer files).
+#   bash bench/results/learner-step/device_learner_step.sh OUT [WAYS]
+# Expects .whl/ beside the working tree (agentrl's wheel and what the machine lacks; see
+# tests/gpu/device-check.sh). Writes lscpu.txt, machine.txt and learner-step.txt to OUT.
+# To check this script on a CPU: WHEELS=0 LAYERS=2 BENCH_ARGS="--episodes 4 --tokens 96" bash ...
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+out="${1:-device-out}"
+ways="${2:-shared+autocast}"
+mkdir -p "$out"
+if [ -d .whl ] && [ "${WHEELS:-1}" = 1 ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/agentrl-site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/agentrl-site
+fi
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+lscpu > "$out/lscpu.txt"
+cpus=$(python3 - <<'EOF'
+from pathlib import Path
+seen, picked = set(), []
+for cpu in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
+    topo = cpu / "topology"
+    core = (topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()
+    if core not in seen:
+        seen.add(core)
+        picked.append(cpu.name[3:])
+print(",".join(picked[:2]))
+EOF
+)
+{ echo "cpus $cpus (two physical cores); load $(cut -d' ' -f1-3 /proc/loadavg)"
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "capability", torch.backends.cpu.get_cpu_capability(), "transformers", transformers.__version__)'
+} 2>&1 | tee "$out/machine.txt"
+model=/tmp/smollm2-random
+python3 - "$model" "${LAYERS:-0}" <<'EOF' || exit 1
+import shutil, sys
+from pathlib import Path
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+source, target = Path(".gpu/smollm2"), Path(sys.argv[1])
+config = AutoConfig.from_pretrained(source)
+if int(sys.argv[2]):
+    config.num_hidden_layers = int(sys.argv[2])
+torch.manual_seed(0)
+AutoModelForCausalLM.from_config(config).save_pretrained(target)
+for path in source.iterdir():
+    if path.name != "config.json":
+        shutil.copy(path, target / path.name)
+EOF
+start=$(date +%s)
+taskset -c "$cpus" python3 bench/learner_step.py --model "$model" --threads 2 --repeats 1 \
+    --ways "$ways" ${BENCH_ARGS:-} 2>&1 | grep -v -E "Loading weights|Writing model|info  " | tee "$out/learner-step.txt"
+echo "bench exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$out/learner-step.txt"
