@@ -379,7 +379,10 @@ class TorchLearner:
             return self._logits(self.model, micro, keep, prefixes)
 
     def _refresh_compute(self) -> None:
-        """bf16_compute: the bfloat16 copy takes the masters' weights, once per update."""
+        """bf16_compute: the bfloat16 copy takes the masters' weights, once per update, and
+        drops any gradient an update that raised left on it."""
+        for _, compute in self._pairs:
+            compute.grad = None
         if not self._compute_stale:
             return
         with torch.no_grad():

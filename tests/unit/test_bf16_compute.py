@@ -133,3 +133,29 @@ def test_the_sft_warm_start_of_a_bf16_compute_run_runs_under_autocast():
     cfg = parse_config({**raw, "learner": {"bf16_compute": True}})
     learner = _backend_factory(cfg)(resolve_model("tiny"), 1e-4)
     assert learner.autocast and not learner.bf16_compute and learner.objective == "sft"
+
+
+def test_an_update_that_raised_leaves_no_gradient_for_the_next(model_dir, monkeypatch):  # noqa: F811
+    learner = TorchLearner(model_dir, bf16_compute=True, micro_batch_tokens=16, **HYPER)
+    batch = on_policy(learner, make_batch())
+    gather = learner._gather_gradients
+    calls = []
+
+    def fail_after_the_first(micro=None):
+        calls.append(micro)
+        if len(calls) > 1:
+            raise RuntimeError("out of memory")  # the second micro-batch's grads stay on the copy
+        gather(micro)
+
+    monkeypatch.setattr(learner, "_gather_gradients", fail_after_the_first)
+    with pytest.raises(RuntimeError):
+        learner.accumulate_gradients(batch)
+    assert any(p.grad is not None for p in learner.compute.parameters())
+    monkeypatch.setattr(learner, "_gather_gradients", gather)
+    learner.optimizer.zero_grad(set_to_none=True)
+    learner.accumulate_gradients(batch)
+    got = torch.cat([p.grad.flatten() for p in learner.model.parameters()])
+    fresh = TorchLearner(model_dir, bf16_compute=True, micro_batch_tokens=16, **HYPER)
+    fresh.accumulate_gradients(batch)
+    want = torch.cat([p.grad.flatten() for p in fresh.model.parameters()])
+    assert torch.equal(got, want)
