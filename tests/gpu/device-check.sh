@@ -13,11 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-${OUT:-gpu-out}}"
 mkdir -p "$out"
-if [ -d .whl ] && [ "${AGENTRL_GPU_WHEELS:-1}" = 1 ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/agentrl-site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/agentrl-site
-fi
+. tests/gpu/wheels.sh
 export AGENTRL_GPU_MODEL_SOURCE="${AGENTRL_GPU_MODEL_SOURCE:-$PWD/.gpu/smollm2}"
 export AGENTRL_GPU_REPORT="$out/gpu-report.jsonl"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_DEBUG="${NCCL_DEBUG:-WARN}"

@@ -3,6 +3,8 @@ forward in bfloat16, the same update as float32 within bfloat16's rounding."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -66,12 +68,17 @@ def test_an_autocast_update_keeps_float32_state_and_matches_float32(model_dir): 
         assert got[key] == pytest.approx(want[key], rel=0.05), key
     assert got["learner/entropy"] == pytest.approx(want["learner/entropy"], rel=1e-2)
     # The weights moved the same way: the autocast update's direction agrees with float32's.
-    before = TorchLearner(model_dir, **HYPER).model.state_dict()
-    a, b = fp32.model.state_dict(), auto.model.state_dict()
-    du = torch.cat([(a[k] - before[k]).flatten() for k in a])
-    dv = torch.cat([(b[k] - before[k]).flatten() for k in a])
-    cosine = float(du @ dv / (du.norm() * dv.norm()))
+    cosine = update_cosine(model_dir, fp32, auto)
     assert cosine > 0.95, cosine
+
+
+def update_cosine(weights: Path, a: TorchLearner, b: TorchLearner) -> float:
+    """The cosine between two learners' updates of the same initial ``weights``."""
+    before = TorchLearner(weights, **HYPER).model.state_dict()
+    wa, wb = a.model.state_dict(), b.model.state_dict()
+    du = torch.cat([(wa[k] - before[k]).flatten() for k in wa])
+    dv = torch.cat([(wb[k] - before[k]).flatten() for k in wa])
+    return float(du @ dv / (du.norm() * dv.norm()))
 
 
 def test_the_config_wires_autocast_to_bfloat16_engines_and_refuses_other_masters():

@@ -9,6 +9,7 @@ import torch
 
 from agentrl.trainer import LoraSpec, TorchLearner
 
+from .test_autocast import update_cosine
 from .test_torch_learner import make_batch, model_dir, on_policy  # noqa: F401 (fixture)
 
 HYPER = dict(lr=1e-3, kl_coef=0.05, temperature=0.8)
@@ -100,11 +101,7 @@ def test_a_bf16_compute_update_matches_float32(model_dir):  # noqa: F811
     for key in ("learner/pg_loss", "learner/grad_norm"):
         assert got[key] == pytest.approx(want[key], rel=0.05), key
     assert got["learner/entropy"] == pytest.approx(want["learner/entropy"], rel=2e-2)
-    before = TorchLearner(model_dir, **HYPER).model.state_dict()
-    a, b = fp32.model.state_dict(), bf16.model.state_dict()
-    du = torch.cat([(a[k] - before[k]).flatten() for k in a])
-    dv = torch.cat([(b[k] - before[k]).flatten() for k in a])
-    cosine = float(du @ dv / (du.norm() * dv.norm()))
+    cosine = update_cosine(model_dir, fp32, bf16)
     assert cosine > 0.95, cosine
 
 

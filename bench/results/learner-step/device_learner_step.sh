@@ -3,19 +3,15 @@
 # machines: 2 torch threads pinned to two CPUs of different physical cores, on a random
 # model of SmolLM2's shape built from .gpu/smollm2 (its config and tokenizer files).
 #   bash bench/results/learner-step/device_learner_step.sh OUT [WAYS]
-# Expects .whl/ beside the working tree (agentrl's wheel and what the machine lacks; see
-# tests/gpu/device-check.sh). Writes lscpu.txt, machine.txt and learner-step.txt to OUT.
-# To check this script on a CPU: WHEELS=0 LAYERS=2 BENCH_ARGS="--episodes 4 --tokens 96" bash ...
+# Expects .whl/ beside the working tree (agentrl's wheel and what the machine lacks:
+# tests/gpu/wheels.sh). Writes lscpu.txt, machine.txt and learner-step.txt to OUT.
+# To check this script on a CPU: AGENTRL_GPU_WHEELS=0 LAYERS=2 BENCH_ARGS="--episodes 4 --tokens 96" bash ...
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out="${1:-device-out}"
 ways="${2:-shared+autocast}"
 mkdir -p "$out"
-if [ -d .whl ] && [ "${WHEELS:-1}" = 1 ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/agentrl-site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/agentrl-site
-fi
+. tests/gpu/wheels.sh
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 lscpu > "$out/lscpu.txt"
 cpus=$(python3 - <<'EOF'
