@@ -52,12 +52,7 @@ def test_the_reference_stores_its_linear_weights_in_bfloat16_with_the_same_logit
 
 
 def test_an_autocast_update_keeps_float32_state_and_matches_float32(model_dir):  # noqa: F811
-    fp32 = TorchLearner(model_dir, **HYPER)
-    batch = on_policy(fp32, make_batch())
-    want = fp32.step(batch)
-    auto = TorchLearner(model_dir, autocast=True, **HYPER)
-    got = auto.step(batch)
-
+    fp32, want, auto, got = float32_and(model_dir, autocast=True)
     params = list(auto.model.parameters())
     assert all(p.dtype == torch.float32 for p in params)
     moments = auto.optimizer.state[params[0]]
@@ -70,6 +65,16 @@ def test_an_autocast_update_keeps_float32_state_and_matches_float32(model_dir): 
     # The weights moved the same way: the autocast update's direction agrees with float32's.
     cosine = update_cosine(model_dir, fp32, auto)
     assert cosine > 0.95, cosine
+
+
+def float32_and(weights: Path, **other) -> tuple:
+    """One update of the same batch by a float32 learner and by one built with ``other``:
+    ``(fp32, its metrics, the other, its metrics)``."""
+    fp32 = TorchLearner(weights, **HYPER)
+    batch = on_policy(fp32, make_batch())
+    want = fp32.step(batch)
+    learner = TorchLearner(weights, **other, **HYPER)
+    return fp32, want, learner, learner.step(batch)
 
 
 def update_cosine(weights: Path, a: TorchLearner, b: TorchLearner) -> float:

@@ -9,7 +9,7 @@ import torch
 
 from agentrl.trainer import LoraSpec, TorchLearner
 
-from .test_autocast import update_cosine
+from .test_autocast import float32_and, update_cosine
 from .test_torch_learner import make_batch, model_dir, on_policy  # noqa: F401 (fixture)
 
 HYPER = dict(lr=1e-3, kl_coef=0.05, temperature=0.8)
@@ -93,11 +93,7 @@ def test_each_micro_batch_gradient_is_added_into_float32(model_dir, monkeypatch)
 
 
 def test_a_bf16_compute_update_matches_float32(model_dir):  # noqa: F811
-    fp32 = TorchLearner(model_dir, **HYPER)
-    batch = on_policy(fp32, make_batch())
-    want = fp32.step(batch)
-    bf16 = TorchLearner(model_dir, bf16_compute=True, **HYPER)
-    got = bf16.step(batch)
+    fp32, want, bf16, got = float32_and(model_dir, bf16_compute=True)
     for key in ("learner/pg_loss", "learner/grad_norm"):
         assert got[key] == pytest.approx(want[key], rel=0.05), key
     assert got["learner/entropy"] == pytest.approx(want["learner/entropy"], rel=2e-2)
