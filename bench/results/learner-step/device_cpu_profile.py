@@ -12,7 +12,6 @@ synthetic one (groups of 4 sharing their first 70%, 12% trained).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sys
 import tempfile
 import time
@@ -20,9 +19,10 @@ from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 
 from agentrl.trainer import LoraSpec, TorchLearner
+from agentrl.trainer._models import write_random_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from learner_step import synthetic_batch
@@ -32,16 +32,9 @@ def main() -> None:
     source = Path(sys.argv[1])
     layers, episodes, tokens = (int(a) for a in sys.argv[2:5])
     torch.set_num_threads(2)
-    cfg = AutoConfig.from_pretrained(source)
-    if layers:
-        cfg.num_hidden_layers = layers
-    model_dir = Path(tempfile.mkdtemp())
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(model_dir)
-    for path in source.iterdir():
-        if not path.name.endswith(".safetensors") and path.name != "config.json":
-            shutil.copy(path, model_dir / path.name)
-    batch = synthetic_batch(episodes, tokens, 4, 0.12, cfg.vocab_size, shared=0.7)
+    model_dir = write_random_model(source, tempfile.mkdtemp(), num_hidden_layers=layers or None)
+    vocab = AutoConfig.from_pretrained(model_dir).vocab_size
+    batch = synthetic_batch(episodes, tokens, 4, 0.12, vocab, shared=0.7)
     lora = LoraSpec(rank=16, alpha=32.0)
     ways = [("shared+autocast", {}), ("lora+shared+autocast", {"lora": lora})]
     for label, extra in ways:

@@ -30,21 +30,9 @@ EOF
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "capability", torch.backends.cpu.get_cpu_capability(), "transformers", transformers.__version__)'
 } 2>&1 | tee "$out/machine.txt"
 model=/tmp/smollm2-random
-python3 - "$model" "${LAYERS:-0}" <<'EOF' || exit 1
-import shutil, sys
-from pathlib import Path
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-source, target = Path(".gpu/smollm2"), Path(sys.argv[1])
-config = AutoConfig.from_pretrained(source)
-if int(sys.argv[2]):
-    config.num_hidden_layers = int(sys.argv[2])
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(config).save_pretrained(target)
-for path in source.iterdir():
-    if path.name != "config.json":
-        shutil.copy(path, target / path.name)
-EOF
+python3 -c 'import sys; from agentrl.trainer._models import write_random_model as w
+w(".gpu/smollm2", sys.argv[1], seed=0, num_hidden_layers=int(sys.argv[2]) or None)' \
+    "$model" "${LAYERS:-0}" || exit 1
 start=$(date +%s)
 taskset -c "$cpus" python3 bench/learner_step.py --model "$model" --threads 2 --repeats 1 \
     --ways "$ways" ${BENCH_ARGS:-} 2>&1 | grep -v -E "Loading weights|Writing model|info  " | tee "$out/learner-step.txt"
