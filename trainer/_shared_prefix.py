@@ -54,6 +54,7 @@ __all__ = [
     "can_share",
     "common_prefix",
     "group_micro_batches",
+    "share_lengths",
     "shared_logits_at",
 ]
 
@@ -93,6 +94,23 @@ def _share_length(micro: TrainBatch, rows: torch.Tensor, lengths: torch.Tensor, 
     return max(0, min(shared - 1, first_kept))
 
 
+def share_lengths(batch: TrainBatch) -> dict[int, int]:
+    """Each group's prompt length ``s`` computed once (0: its rows run unshared), from all
+    of its rows in ``batch``: their common prefix, kept before the first trained target and
+    before the rows' last shared token (`_share_length`). Rows that agree beyond it (the
+    members' first assistant tokens alike, or whole episodes alike) still compute every
+    position after ``s``, each row its own."""
+    out: dict[int, int] = {}
+    lengths = batch.attention_mask.sum(dim=1)
+    kept = Kept(*batch.loss_mask.bool().nonzero(as_tuple=True))
+    for group in torch.unique(batch.group_index).tolist():
+        rows = (batch.group_index == group).nonzero().squeeze(-1)
+        _, local = kept.of_rows(rows, batch.num_rows)
+        s = _share_length(batch, rows, lengths[rows], local)
+        out[group] = s if len(rows) >= 2 and s >= MIN_SHARED else 0
+    return out
+
+
 class GroupPrefixes:
     """Each group's shared prompt computed once per update and model, whatever the
     micro-batches its rows fall into.
@@ -115,14 +133,7 @@ class GroupPrefixes:
 
     def __init__(self, batch: TrainBatch, micros: list[TrainBatch], *, grad: bool) -> None:
         self.grad = grad
-        self.lengths: dict[int, int] = {}
-        lengths = batch.attention_mask.sum(dim=1)
-        kept = Kept(*batch.loss_mask.bool().nonzero(as_tuple=True))
-        for group in torch.unique(batch.group_index).tolist():
-            rows = (batch.group_index == group).nonzero().squeeze(-1)
-            _, local = kept.of_rows(rows, batch.num_rows)
-            s = _share_length(batch, rows, lengths[rows], local)
-            self.lengths[group] = s if len(rows) >= 2 and s >= MIN_SHARED else 0
+        self.lengths = share_lengths(batch)
         self._left: dict[int, int] = {}
         for micro in micros:
             for group in torch.unique(micro.group_index).tolist():
@@ -236,7 +247,11 @@ def shared_logits_at(
 
 def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     """Micro-batches of whole groups where they fit, each costing its groups' shared
-    prefix once plus every row's padded rest (``max_tokens`` bounds that cost).
+    prefix once plus every row's padded rest (``max_tokens`` bounds that cost). The prefix
+    is the one computed once (`share_lengths`), not the rows' whole common prefix: rows
+    alike past their first trained target compute those positions each (8 identical
+    webshop episodes of 1,457 tokens once went into one micro-batch of 8,471 positions
+    against a budget of 2,048).
 
     A group too large for one micro-batch is split into chunks (each still shares its
     prefix); rows keep the batch's advantages (splitting never renormalises).
@@ -244,11 +259,12 @@ def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     lengths = batch.attention_mask.sum(dim=1)
+    share = share_lengths(batch)
     chunks: list[tuple[list[int], int]] = []  # rows, cost
-    for group in torch.unique(batch.group_index):
+    for group in torch.unique(batch.group_index).tolist():
         rows = (batch.group_index == group).nonzero().squeeze(-1)
         rows = rows[torch.argsort(lengths[rows], descending=True, stable=True)].tolist()
-        shared = common_prefix(batch.input_ids[rows], lengths[rows])
+        shared = share[group]  # the positions computed once, as `GroupPrefixes` does
         current: list[int] = []
         for row in rows:
             longest = int(lengths[current[0]]) if current else int(lengths[row])

@@ -15,6 +15,7 @@ from agentrl.trainer._shared_prefix import (
     can_share,
     common_prefix,
     group_micro_batches,
+    share_lengths,
     shared_logits_at,
 )
 from tests.unit.records import trajectory
@@ -92,16 +93,41 @@ def test_group_micro_batches_keep_groups_together_and_within_the_budget():
     seen = sorted(int(r) for m in micros for r in m.rewards.new_tensor(range(m.num_rows)))
     assert sum(m.num_rows for m in micros) == batch.num_rows and len(seen) == batch.num_rows
     for m in micros:
-        cost = 0
-        for g in torch.unique(m.group_index):
-            rows = (m.group_index == g).nonzero().squeeze(-1)
-            lens = m.attention_mask[rows].sum(1)
-            shared = common_prefix(m.input_ids[rows], lens)
-            cost += shared + len(rows) * (int(lens.max()) - shared)
-        assert cost <= 80 or m.num_rows == 1
+        assert computed_positions(batch, m) <= 80 or m.num_rows == 1
     # a group of three with a 20-token prompt and rests of 13-20 tokens: 20 + 3 x 20 = 80 fits
     assert any(m.num_rows == 3 and len(torch.unique(m.group_index)) == 1 for m in micros)
     assert int(lengths.max()) <= 40
+
+
+def computed_positions(batch, micro) -> int:
+    """Positions `shared_logits_at` computes for ``micro`` (of ``batch``): each group's
+    prompt as `GroupPrefixes` computes it, then every row to its group's longest."""
+    share = share_lengths(batch)
+    cost = 0
+    for g in torch.unique(micro.group_index).tolist():
+        rows = (micro.group_index == g).nonzero().squeeze(-1)
+        width = int(micro.attention_mask[rows].sum(1).max())
+        cost += share[g] + len(rows) * (width - share[g])
+    return cost
+
+
+def test_rows_alike_past_their_first_trained_target_count_each_in_the_budget():
+    # members that are one episode token for token (or start their answers alike): the
+    # prompt is computed once only up to the first trained target, every later position
+    # row by row; the budget must count those positions, not the common prefix as free
+    gen = torch.Generator().manual_seed(3)
+    prompt, turn, tool = (torch.randint(1, VOCAB, (n,), generator=gen).tolist() for n in (20, 6, 8))
+    mask = [0] * 20 + [1] * 6 + [0] * 8 + [1] * 6
+    rows = [
+        trajectory(mask, group="same", reward=float(m % 2), logprob=-2.0, episode_id=f"s{m}",
+                   token_ids=prompt + turn + tool + turn, group_size=4)
+        for m in range(4)
+    ]  # fmt: skip
+    batch = build_batch(rows, pad_id=0)
+    assert share_lengths(batch) == {0: 19}  # before the first trained target, not all 40
+    micros = group_micro_batches(batch, 60)  # 19 + 2 x 21 = 61 > 60: a row at a time
+    assert [computed_positions(batch, m) for m in micros] == [40, 40, 40, 40]
+    assert len(group_micro_batches(batch, 61)) == 2  # two rows a micro-batch
 
 
 def test_shared_logits_equal_the_per_row_logits(model_dir):
