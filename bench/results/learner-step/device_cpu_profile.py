@@ -38,26 +38,37 @@ def main() -> None:
     lora = LoraSpec(rank=16, alpha=32.0)
     ways = [("shared+autocast", {}), ("lora+shared+autocast", {"lora": lora})]
     for label, extra in ways:
-        learner = TorchLearner(
-            model_dir,
-            micro_batch_tokens=2048,
-            gradient_checkpointing=False,
-            autocast=True,
-            share_prefix=True,
-            device="cpu",
-            **extra,
-        )
+        learner = shared_prompt_learner(model_dir, autocast=True, **extra)
         scored = dataclasses.replace(batch, old_logprobs=learner.logprobs(batch))
         learner.step(scored)
         start = time.perf_counter()
         learner.step(scored)
         print(label, "step", round(time.perf_counter() - start, 3), flush=True)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            learner.step(scored)
-        table = prof.key_averages().table(
-            sort_by="self_cpu_time_total", row_limit=45, max_name_column_width=60
-        )
-        print(table, flush=True)
+        print_profiled_step(learner, scored, rows=45)
+
+
+def shared_prompt_learner(model_dir, **mode) -> TorchLearner:
+    """The learner these profiles time: micro-batches of 2,048 tokens, gradient
+    checkpointing off, the shared prompt on, on the CPU; ``mode``: its precision (LoRA)."""
+    return TorchLearner(
+        model_dir,
+        micro_batch_tokens=2048,
+        gradient_checkpointing=False,
+        share_prefix=True,
+        device="cpu",
+        **mode,
+    )
+
+
+def print_profiled_step(learner: TorchLearner, batch, *, rows: int) -> None:
+    """One more update of ``batch`` under the CPU profiler; prints its ``rows`` costliest
+    ops by their own time."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        learner.step(batch)
+    table = prof.key_averages().table(
+        sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60
+    )
+    print(table, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """CPU op profile of one shared-prompt + bfloat16-compute update on real episodes: the first
 GROUPS whole groups of the seed-2 full arm's trace store (`bench/learner_step.py`'s
 ``traced_batch``), real SmolLM2 weights, micro-batches of 2,048 tokens, 2 threads
-(epyc-zen4-trace5-profile.txt was run so, with GROUPS 5):
+(epyc-zen4-trace5-profile.txt was run so, with GROUPS 5; the learner and the profile are
+`device_cpu_profile.py`'s):
 
     PYTHONPATH=bench python bench/results/learner-step/trace_profile.py GROUPS
 """
@@ -11,28 +12,16 @@ import sys
 import time
 
 import torch
+from device_cpu_profile import print_profiled_step, shared_prompt_learner
 from learner_step import traced_batch
-from torch.profiler import ProfilerActivity, profile
 
-from agentrl.trainer import TorchLearner, resolve_model
+from agentrl.trainer import resolve_model
 
 torch.set_num_threads(2)
 batch = traced_batch("bench/results/rl60-full-s2-60min/trace.sqlite", int(sys.argv[1]))
-learner = TorchLearner(
-    resolve_model("smollm2"),
-    micro_batch_tokens=2048,
-    gradient_checkpointing=False,
-    share_prefix=True,
-    bf16_compute=True,
-    device="cpu",
-)
+learner = shared_prompt_learner(resolve_model("smollm2"), bf16_compute=True)
 scored = dataclasses.replace(batch, old_logprobs=learner.logprobs(batch))
 start = time.perf_counter()
 learner.step(scored)
 print("step", time.perf_counter() - start, flush=True)
-with profile(activities=[ProfilerActivity.CPU]) as prof:
-    learner.step(scored)
-table = prof.key_averages().table(
-    sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60
-)
-print(table, flush=True)
+print_profiled_step(learner, scored, rows=40)
