@@ -232,9 +232,10 @@ class LearnerConfig:
     weight at each micro-batch); activations, norms and attention run in bfloat16, as in the
     bfloat16 sampler engines. Each micro-batch's gradients are added into the masters'
     float32 gradients; AdamW and checkpoints stay float32, the log-softmax float32. On a Xeon
-    with AMX an update took 0.84 of autocast's time; without AMX, the same; its logprobs are
-    further from float32's than autocast's (bench/README.md, learner step). Needs dtype
-    float32, backend torch, no lora; the SFT warm start then runs under autocast."""
+    with AMX an update took 0.84 of autocast's time, on two AMD EPYCs without it 0.90-0.99;
+    its logprobs are further from float32's than autocast's (bench/README.md, learner
+    step). Needs dtype float32, backend torch, no lora; the SFT warm start then runs under
+    autocast."""
     share_prefix: bool | None = None
     """torch backend: a group's shared prompt is forwarded once per micro-batch for the
     policy and the reference, the same gradients as per row (trainer/_shared_prefix.py);
