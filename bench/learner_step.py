@@ -55,6 +55,7 @@ import torch
 
 from agentrl.messages import Trajectory
 from agentrl.trainer import LoraSpec, TorchLearner, _scoring, build_batch, resolve_model
+from agentrl.trainer._device import BFLOAT16_MIN_SPEEDUP, bfloat16_speed
 
 
 def synthetic_batch(
@@ -255,8 +256,9 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
                         default=True, help="as bench/learning*.yaml")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time bfloat16 autocast")  # fmt: skip
+    parser.add_argument("--autocast", action=argparse.BooleanOptionalAction,
+                        help="also time bfloat16 autocast and compute (default: where bfloat16 "
+                             "matrix products are faster than float32's here)")  # fmt: skip
     parser.add_argument("--shared", type=float, default=0.7,
                         help="share of each episode that is its group's common prompt")  # fmt: skip
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
@@ -270,11 +272,21 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=2, help="with --trace: whole groups")
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
-    if args.smoke:
+    if args.smoke:  # every way, whatever the CPU: the tiny model runs them in seconds
         args.model, args.episodes, args.tokens, args.repeats = "tiny", 4, 96, 1
+        args.autocast = True if args.autocast is None else args.autocast
     if not 0 < args.trained < 1:
         raise SystemExit("--trained must be between 0 and 1")
     torch.set_num_threads(args.threads)
+    if args.autocast is None:
+        speed = bfloat16_speed("cpu")
+        args.autocast = speed >= BFLOAT16_MIN_SPEEDUP
+        if not args.autocast:
+            print(
+                f"bfloat16 ways left out: bfloat16 matrix products run at {speed:.2f}x "
+                "float32's speed on this CPU (--autocast times them anyway)",
+                flush=True,
+            )
     model_dir = resolve_model(args.model)
     from transformers import AutoConfig
 

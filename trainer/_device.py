@@ -16,23 +16,39 @@ without a GPU may validate a config whose GPU roles run elsewhere);
 
 :func:`rank_device` is the device of one distributed rank: ``cuda:LOCAL_RANK``
 (modulo the GPUs visible) for a CUDA learner, the CPU otherwise.
+
+:func:`bfloat16_speed` says whether a device computes bfloat16 matrix products faster
+than float32 ones, which decides ``learner.autocast: auto`` (`use_bfloat16`). CPUs differ
+by a factor of several hundred: bfloat16 products ran ~8x float32's speed on a Xeon with
+AMX, 2.1-2.8x on a Zen 4 EPYC (``avx512_bf16``), and 0.01-0.03x on a Zen 3 EPYC (AVX2
+only: oneDNN has no bfloat16 path there and torch falls back to a reference kernel; 1-2
+against 74-124 GFLOP/s, bench/results/learner-step/epyc-zen3-gemm.txt).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from typing import TYPE_CHECKING
+
+import structlog
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "BFLOAT16_MIN_SPEEDUP",
     "DEVICE_NAMES",
     "DeviceUnavailable",
+    "bfloat16_speed",
     "device_problem",
     "rank_device",
     "resolve_device",
+    "use_bfloat16",
 ]
+
+log = structlog.get_logger(__name__)
 
 DEVICE_NAMES = "cpu, cuda, cuda:N or auto"
 """How the accepted names are listed in error messages."""
@@ -93,3 +109,75 @@ def rank_device(name: str, local_rank: int) -> torch.device:
         return base
     count = torch.cuda.device_count()
     return torch.device("cuda", (base.index + local_rank) % count)
+
+
+BFLOAT16_MIN_SPEEDUP = 1.2
+"""``auto`` takes bfloat16 where its matrix products run at least this many times float32's
+speed: below it, the lost precision buys too little time."""
+
+
+def bfloat16_speed(device: str | torch.device) -> float:
+    """How many times float32's speed bfloat16 matrix products run at on ``device`` (once per
+    process and device). A CUDA device that supports bfloat16: ``inf`` (tensor cores; not
+    timed); one that does not: 0. A CPU: measured on a 256 x 576 x 1,536 product (the shape
+    of a SmolLM2 projection), the best of 3 after a warm-up each; 0 where torch's oneDNN has
+    no bfloat16 path (AVX2-only x86), whose reference kernel runs 40-120x slower than float32."""
+    return _bfloat16_speed(str(resolve_device(device)))
+
+
+@functools.cache
+def _bfloat16_speed(name: str) -> float:
+    import torch
+
+    device = torch.device(name)
+    if device.type == "cuda":
+        return float("inf") if torch.cuda.is_bf16_supported(including_emulation=False) else 0.0
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return 0.0
+    seconds = {dtype: _matmul_seconds(dtype) for dtype in (torch.float32, torch.bfloat16)}
+    return seconds[torch.float32] / seconds[torch.bfloat16]
+
+
+def _matmul_seconds(dtype) -> float:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(256, 576, generator=gen).to(dtype)
+    b = torch.randn(576, 1536, generator=gen).to(dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        torch.mm(a, b)
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(4):
+                torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def use_bfloat16(setting: bool | str, device: str | torch.device, *, what: str) -> bool:
+    """Whether ``what`` (``learner.autocast``, a sampler engine, ...) runs in bfloat16 on
+    ``device`` under ``setting``: true, false or ``auto`` (true where `bfloat16_speed` is at
+    least `BFLOAT16_MIN_SPEEDUP`). True on a device where bfloat16 is slower than float32
+    is obeyed, with a warning saying by how much."""
+    if setting is False:
+        return False
+    speed = bfloat16_speed(device)
+    fast = speed >= BFLOAT16_MIN_SPEEDUP
+    if setting == "auto":
+        log.info(
+            "bfloat16 auto",
+            what=what,
+            device=str(device),
+            speed_vs_float32=round(speed, 2),
+            chosen="bfloat16" if fast else "float32",
+        )
+        return fast
+    if speed < 1.0:
+        log.warning(
+            "bfloat16 is slower than float32 here: set it to auto or false",
+            what=what,
+            device=str(device),
+            speed_vs_float32=round(speed, 2),
+        )
+    return True

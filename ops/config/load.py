@@ -212,7 +212,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("learner.is_cap: must be >= 1 (or null: no truncation)")
     if ln.dtype not in ("float32", "bfloat16", "float16"):
         problems.append("learner.dtype: must be float32, bfloat16 or float16")
-    if ln.autocast and (ln.dtype != "float32" or ln.backend != "torch"):
+    if not isinstance(ln.autocast, bool) and ln.autocast != "auto":
+        problems.append(f"learner.autocast: must be true, false or auto, got {ln.autocast!r}")
+    if ln.autocast is True and (ln.dtype != "float32" or ln.backend != "torch"):
         problems.append(
             "learner.autocast: needs dtype float32 (its master weights) and backend torch"
         )
@@ -221,7 +223,7 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
             problems.append(
                 "learner.bf16_compute: needs dtype float32 (its master weights) and backend torch"
             )
-        if ln.autocast:
+        if ln.autocast is not False:
             problems.append("learner.bf16_compute: replaces learner.autocast: set one of them")
         if ln.lora is not None:
             problems.append("learner.bf16_compute: trains the whole model: unset learner.lora")

@@ -221,11 +221,16 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     """torch backend: recompute activations in the backward pass (less memory, ~30% more
     time); for long multi-turn contexts. Turns share_prefix off."""
-    autocast: bool = False
+    autocast: bool | str = False
     """torch backend: forward passes in bfloat16 under torch.autocast (AMX on recent Xeons,
     tensor cores on GPUs) while weights, gradients and AdamW stay float32 (`dtype` must be
     float32) and the log-softmax runs in float32; the sampler engines then run in bfloat16
-    (docs/engines.md "dtype": `rollout/logprob_gap_current` is no longer ~0)."""
+    (docs/engines.md "dtype": `rollout/logprob_gap_current` is no longer ~0). `auto`: each
+    of the learner and the sampler engines decides on its own device: bfloat16 where its
+    matrix products run at least 1.2x float32's speed (`trainer._device.bfloat16_speed`),
+    float32 elsewhere (a CPU with AVX2 only, where bfloat16 ran 40-120x slower); with dtype
+    other than float32 or the megatron backend, `auto` is off. `true` on such a CPU runs,
+    slowly, with a warning."""
     bf16_compute: bool = False
     """torch backend, instead of autocast: the forward and backward passes run on a bfloat16
     copy of the float32 master weights, refreshed once per update (autocast casts every
@@ -256,11 +261,26 @@ class LearnerConfig:
     """Checkpoint directories kept on disk, newest first (0 keeps all). The learner state
     (AdamW moments, twice a checkpoint's size) is kept for the newest 2 versions."""
 
-    @property
-    def engine_dtype(self) -> str:
-        """The sampler engines' dtype: bfloat16 under `autocast` or `bf16_compute`, else
-        `dtype`."""
-        return "bfloat16" if self.autocast or self.bf16_compute else self.dtype
+    def engine_dtype(self, device: str = "cpu") -> str:
+        """The dtype of a sampler engine on ``device``: bfloat16 under `autocast` (`auto`:
+        where bfloat16 is fast on ``device``) or `bf16_compute`, else `dtype`."""
+        from agentrl.trainer._device import use_bfloat16
+
+        if self.bf16_compute or self.autocast is True:
+            wanted: bool | str = True
+        elif self.autocast == "auto" and self.dtype == "float32" and self.backend == "torch":
+            wanted = "auto"
+        else:
+            return self.dtype
+        return "bfloat16" if use_bfloat16(wanted, device, what="sampler engine") else self.dtype
+
+    def autocast_on(self) -> bool:
+        """Whether the torch learner runs under autocast on `device` (`autocast`'s doc)."""
+        from agentrl.trainer._device import use_bfloat16
+
+        if self.autocast is False or self.dtype != "float32" or self.backend != "torch":
+            return False
+        return use_bfloat16(self.autocast, self.device, what="learner.autocast")
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,17 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, where, problems)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, where, problems)
+        for member in inner:  # the first member the value fits (`bool | str`: true or auto)
+            tried: list[str] = []
+            converted = _convert(member, value, where, tried)
+            if converted is not _INVALID and not tried:
+                return converted
+        names = " or ".join(getattr(a, "__name__", str(a)) for a in inner)
+        problems.append(f"{where}: expected {names}, got {value!r}")
+        return _INVALID
     if dataclasses.is_dataclass(tp):
         built = build_dataclass(tp, value, f"{where}.", problems)
         return _INVALID if built is None else built

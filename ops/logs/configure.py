@@ -8,6 +8,11 @@ role, e.g. the supervisor's own, to ``supervisor.jsonl``), so one process that
 runs several roles still writes one file per role. ``context`` (run, node) is
 bound to every line. A line logged with ``console=False`` goes to the file only.
 
+An actor's unhandled exception, which stops it, is said by pykka on the stdlib logger
+``pykka``, which has no handler of its own: `configure_logging` routes its errors here, one
+``actor failed`` console line naming the exception, the traceback in the file
+(`_ActorFailures`). Without it the supervisor's ``actor stopped unexpectedly`` had no reason.
+
 Progress bars: transformers' tqdm bars (loading weights, writing checkpoint shards) draw
 nothing on the console, where they would cut the log lines in half; each leaves one
 ``progress bar`` line in the log file when it ends (`LoggedBar`). The model conversion's
@@ -17,6 +22,7 @@ own progress is said in log lines (`agentrl.trainer`'s ``converting the model``)
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 from pathlib import Path
@@ -80,6 +86,27 @@ class _Tee:
         return fh
 
 
+class _ActorFailures(logging.Handler):
+    """pykka's error records (an actor's unhandled exception) as structlog lines: the
+    exception's type and message on the console, the traceback in the log file only."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        where = record.getMessage().removeprefix("Unhandled exception in ").rstrip(":")
+        exc = record.exc_info
+        if exc is None or exc[1] is None:
+            log.error("actor failed", actor=where)
+            return
+        error = f"{exc[0].__name__}: {exc[1]}".splitlines()[0]
+        log.error("actor failed", actor=where, error=error)
+        log.error("actor failed: traceback", actor=where, exc_info=exc, console=False)
+
+
+_PYKKA_HANDLER = _ActorFailures()
+
+
 def configure_logging(level: str = "info", log_dir: Path | None = None, **context: str) -> None:
     """Configure structlog once per process: console at ``level``, JSON per role in ``log_dir``;
     transformers' progress bars to the log file only (module doc).
@@ -87,6 +114,7 @@ def configure_logging(level: str = "info", log_dir: Path | None = None, **contex
     ``context`` (e.g. run, node) is bound to every line.
     """
     _bars_to_log()
+    logging.getLogger("pykka").addHandler(_PYKKA_HANDLER)  # adds this one handler once
     tee = _Tee(log_dir, _LEVELS.get(level, 20))
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()

@@ -11,6 +11,7 @@ from pathlib import Path
 from agentrl.actors import SamplerEngine, TorchEngine
 from agentrl.actors.engines.vllm.engine import VLLMEngine
 from agentrl.trainer import LearnerBackend, LoraSpec, TorchLearner, resolve_model
+from agentrl.trainer._device import use_bfloat16
 
 from ..config.schema import RunConfig
 from ..sft.warm_start import kl_reference
@@ -66,7 +67,7 @@ def torch_pool_engine(
         version,
         max_batch,
         device=device,
-        dtype=cfg.learner.engine_dtype,
+        dtype=cfg.learner.engine_dtype(device),
         seed=cfg.seed,
         prefix_cache_tokens=prefix_cache_tokens,
     )
@@ -80,7 +81,7 @@ def vllm_pool_engine(
     return VLLMEngine(
         weights,
         device=device,
-        dtype=ln.engine_dtype,
+        dtype=ln.engine_dtype(device),
         max_batch=max_batch,
         seed=cfg.seed,
         version=version,
@@ -118,8 +119,9 @@ def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend
     return TorchLearner(
         weights,
         gradient_checkpointing=ln.gradient_checkpointing,
-        autocast=ln.autocast,
-        bf16_compute=ln.bf16_compute,
+        autocast=ln.autocast_on(),
+        bf16_compute=ln.bf16_compute
+        and use_bfloat16(True, ln.device, what="learner.bf16_compute"),  # warns where slow
         share_prefix=ln.share_prefix,
         lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
         **_update_args(cfg, version),

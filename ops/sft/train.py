@@ -171,7 +171,8 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
             kl_coef=0.0,  # the NLL has no KL term: no reference model
             micro_batch_tokens=ln.micro_batch_tokens,
             gradient_checkpointing=ln.gradient_checkpointing,
-            autocast=ln.autocast or ln.bf16_compute,  # bf16_compute: RL updates only
+            # bf16_compute: RL updates only; its warm start runs under autocast
+            autocast=ln.autocast_on() or ln.bf16_compute,
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,

@@ -92,8 +92,8 @@ def test_the_config_wires_autocast_to_bfloat16_engines_and_refuses_other_masters
     base = {"run": "r", "tasks": {"calculator": {}}}
     cfg = parse_config({**base, "learner": {"autocast": True}})
     assert cfg.learner.autocast and cfg.learner.share_prefix is None  # the learner decides
-    assert cfg.learner.engine_dtype == "bfloat16" and cfg.learner.dtype == "float32"
-    assert parse_config(base).learner.engine_dtype == "float32"
+    assert cfg.learner.engine_dtype() == "bfloat16" and cfg.learner.dtype == "float32"
+    assert parse_config(base).learner.engine_dtype() == "float32"
     for bad in ({"autocast": True, "dtype": "bfloat16"}, {"autocast": True, "backend": "megatron"}):
         with pytest.raises(ConfigError, match=r"learner\.autocast: needs dtype float32"):
             parse_config({**base, "learner": bad})

@@ -106,7 +106,7 @@ def test_the_config_wires_bf16_compute_and_refuses_what_it_cannot_run():
 
     base = {"run": "r", "tasks": {"calculator": {}}}
     cfg = parse_config({**base, "learner": {"bf16_compute": True}})
-    assert cfg.learner.bf16_compute and cfg.learner.engine_dtype == "bfloat16"
+    assert cfg.learner.bf16_compute and cfg.learner.engine_dtype() == "bfloat16"
     for bad, message in (
         ({"dtype": "bfloat16"}, "needs dtype float32"),
         ({"backend": "megatron"}, "needs dtype float32"),

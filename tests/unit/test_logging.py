@@ -82,3 +82,27 @@ def test_the_environment_worker_imports_without_torch_transformers_or_tqdm():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_an_actor_that_dies_says_why_on_one_console_line_and_in_full_in_the_file(
+    tmp_path, capfd, restore_structlog
+):
+    """pykka says an actor's unhandled exception on the stdlib logger ``pykka``; it reaches
+    the console as one line with the exception, and the file with its traceback."""
+    import pykka
+
+    class Broken(pykka.ThreadingActor):
+        def on_start(self):
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs avx512bw\nmore")
+
+    configure_logging("info", tmp_path, run="r1", node="n1")
+    ref = Broken.start()
+    ref.actor_stopped.wait(timeout=10)
+    assert not ref.is_alive()
+    err = capfd.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if "actor failed" in ln]
+    assert "RuntimeError: mkldnn_reorder_linear_weight: bf16 path needs avx512bw" in line
+    assert "Broken" in line and "Traceback" not in err and "more" not in err
+    failed = [e for e in _lines(tmp_path / "supervisor.jsonl") if "actor failed" in e["event"]]
+    assert [e["event"] for e in failed] == ["actor failed", "actor failed: traceback"]
+    assert "Traceback" in failed[1]["exception"] and "on_start" in failed[1]["exception"]

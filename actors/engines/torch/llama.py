@@ -266,6 +266,8 @@ def _onednn_available(dtype: torch.dtype) -> bool:
     if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
         return False
     ops = torch.ops.mkldnn
+    if dtype == torch.bfloat16 and not ops._is_mkldnn_bf16_supported():
+        return False  # an AVX2-only x86: oneDNN has no bfloat16 path (the reorder raises)
     return hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
 
 
