@@ -266,13 +266,12 @@ class LearnerConfig:
         where bfloat16 is fast on ``device``) or `bf16_compute`, else `dtype`."""
         from agentrl.trainer._device import use_bfloat16
 
-        if self.bf16_compute or self.autocast is True:
-            wanted: bool | str = True
-        elif self.autocast == "auto" and self.dtype == "float32" and self.backend == "torch":
-            wanted = "auto"
-        else:
-            return self.dtype
-        return "bfloat16" if use_bfloat16(wanted, device, what="sampler engine") else self.dtype
+        if self.dtype == "bfloat16" or self.bf16_compute or self.autocast is True:
+            use_bfloat16(True, device, what="sampler engine")  # warns where it is slow
+            return "bfloat16"
+        if self.autocast == "auto" and self.dtype == "float32" and self.backend == "torch":
+            return "bfloat16" if use_bfloat16("auto", device, what="sampler engine") else "float32"
+        return self.dtype
 
     def autocast_on(self) -> bool:
         """Whether the torch learner runs under autocast on `device` (`autocast`'s doc)."""

@@ -116,6 +116,8 @@ def _update_args(cfg: RunConfig, version: int) -> dict:
 def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend:
     """The torch learner (``learner.backend: torch``) on `weights` at `version`."""
     ln = cfg.learner
+    if ln.dtype == "bfloat16":
+        use_bfloat16(True, ln.device, what="learner.dtype")  # warns where it is slow
     return TorchLearner(
         weights,
         gradient_checkpointing=ln.gradient_checkpointing,

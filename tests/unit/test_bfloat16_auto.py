@@ -173,3 +173,13 @@ def test_the_bfloat16_engine_runs_on_a_cpu_without_onednn_bfloat16(monkeypatch):
         logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
     teacher = [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(gen.token_ids)]
     assert max(abs(a - b) for a, b in zip(gen.logprobs, teacher, strict=True)) < 0.05
+
+
+def test_bfloat16_weights_warn_on_a_slow_device_and_stay_bfloat16(speed):
+    from agentrl.ops import parse_config
+
+    speed(0.02)
+    cfg = parse_config({**BASE, "learner": {"dtype": "bfloat16"}})
+    with structlog.testing.capture_logs() as logs:
+        assert cfg.learner.engine_dtype("cpu") == "bfloat16"
+    assert [e["what"] for e in logs if e["log_level"] == "warning"] == ["sampler engine"]
