@@ -55,7 +55,7 @@ import torch
 
 from agentrl.messages import Trajectory
 from agentrl.trainer import LoraSpec, TorchLearner, _scoring, build_batch, resolve_model
-from agentrl.trainer._device import BFLOAT16_MIN_SPEEDUP, bfloat16_speed
+from agentrl.trainer._device import BFLOAT16_MIN_SPEEDUP, bfloat16_note, bfloat16_speed
 
 
 def synthetic_batch(
@@ -283,8 +283,7 @@ def main() -> None:
         args.autocast = speed >= BFLOAT16_MIN_SPEEDUP
         if not args.autocast:
             print(
-                f"bfloat16 ways left out: bfloat16 matrix products run at {speed:.2f}x "
-                "float32's speed on this CPU (--autocast times them anyway)",
+                f"bfloat16 ways left out: {bfloat16_note(speed)} (--autocast times them anyway)",
                 flush=True,
             )
     model_dir = resolve_model(args.model)

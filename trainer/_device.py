@@ -41,6 +41,7 @@ __all__ = [
     "BFLOAT16_MIN_SPEEDUP",
     "DEVICE_NAMES",
     "DeviceUnavailable",
+    "bfloat16_note",
     "bfloat16_speed",
     "device_problem",
     "rank_device",
@@ -155,6 +156,13 @@ def _matmul_seconds(dtype) -> float:
     return best
 
 
+def bfloat16_note(speed: float) -> str:
+    """`bfloat16_speed`'s value in words, for log lines and benchmarks."""
+    if speed == 0.0:
+        return "no bfloat16 matrix path here (a CPU without AVX-512 or AMX: 40-120x slower)"
+    return f"bfloat16 matrix products at {speed:.2f}x float32's speed"
+
+
 def use_bfloat16(setting: bool | str, device: str | torch.device, *, what: str) -> bool:
     """Whether ``what`` (``learner.autocast``, a sampler engine, ...) runs in bfloat16 on
     ``device`` under ``setting``: true, false or ``auto`` (true where `bfloat16_speed` is at
@@ -164,20 +172,11 @@ def use_bfloat16(setting: bool | str, device: str | torch.device, *, what: str) 
         return False
     speed = bfloat16_speed(device)
     fast = speed >= BFLOAT16_MIN_SPEEDUP
+    said = dict(what=what, device=str(device), speed_vs_float32=round(speed, 2))
+    said["why"] = bfloat16_note(speed)
     if setting == "auto":
-        log.info(
-            "bfloat16 auto",
-            what=what,
-            device=str(device),
-            speed_vs_float32=round(speed, 2),
-            chosen="bfloat16" if fast else "float32",
-        )
+        log.info("bfloat16 auto", chosen="bfloat16" if fast else "float32", **said)
         return fast
     if speed < 1.0:
-        log.warning(
-            "bfloat16 is slower than float32 here: set it to auto or false",
-            what=what,
-            device=str(device),
-            speed_vs_float32=round(speed, 2),
-        )
+        log.warning("bfloat16 is slower than float32 here: set it to auto or false", **said)
     return True

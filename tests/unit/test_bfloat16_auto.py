@@ -183,3 +183,10 @@ def test_bfloat16_weights_warn_on_a_slow_device_and_stay_bfloat16(speed):
     with structlog.testing.capture_logs() as logs:
         assert cfg.learner.engine_dtype("cpu") == "bfloat16"
     assert [e["what"] for e in logs if e["log_level"] == "warning"] == ["sampler engine"]
+
+
+def test_the_speed_in_words():
+    from agentrl.trainer._device import bfloat16_note
+
+    assert bfloat16_note(2.5) == "bfloat16 matrix products at 2.50x float32's speed"
+    assert bfloat16_note(0.0).startswith("no bfloat16 matrix path here")
