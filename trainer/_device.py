@@ -159,7 +159,10 @@ def _matmul_seconds(dtype) -> float:
 def bfloat16_note(speed: float) -> str:
     """`bfloat16_speed`'s value in words, for log lines and benchmarks."""
     if speed == 0.0:
-        return "no bfloat16 matrix path here (a CPU without AVX-512 or AMX: 40-120x slower)"
+        return (
+            "no bfloat16 matrix path here (a CPU without AVX-512 or AMX: 40-120x slower; "
+            "or a GPU without bfloat16)"
+        )
     return f"bfloat16 matrix products at {speed:.2f}x float32's speed"
 
 
