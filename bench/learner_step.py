@@ -3,6 +3,7 @@
     python bench/learner_step.py [--model smollm2] [--episodes 8] [--tokens 1100] [--trained 0.12]
     python bench/learner_step.py --trace runs/<run>/trace.sqlite --groups 2   # real episodes
     python bench/learner_step.py --smoke    # tiny model, 2 short episodes (CI)
+    python bench/learner_step.py --device cuda --repeats 3   # on a GPU (peak memory too)
 
 An agent episode is mostly context (system prompt, tool schemas, tool results); the
 learner trains only its assistant tokens. The torch learner computes the LM head and the
@@ -35,10 +36,11 @@ seconds, its checkpoint's size (the adapters, against the full model's float32 s
 and the trained tokens' logprobs before its first update (the base's: B = 0).
 
 All ways run in this one process, one after the other, with ``--threads`` torch threads
-(default: the cores). Prints seconds per update of each way and their ratios. ``--ways``
-names the ways to run beside today's float32 (which always runs: every ratio is against
-it), e.g. ``--ways shared+autocast`` for the headline alone; by default the flags above
-choose them.
+(default: the cores), on ``--device`` (default ``cpu``; on CUDA each update is timed to
+its last kernel and each way's peak allocated memory is printed). Prints seconds per
+update of each way and their ratios. ``--ways`` names the ways to run beside today's
+float32 (which always runs: every ratio is against it), e.g. ``--ways shared+autocast``
+for the headline alone; by default the flags above choose them.
 """
 
 from __future__ import annotations
@@ -165,8 +167,13 @@ def time_updates(
     bf16=False,
 ):
     """One way: median seconds per update, the trained tokens' logprobs before the first
-    update ``[B, L]``, the weights after the first (untimed) update, and the MB of the
-    checkpoint's safetensors that ``save`` writes."""
+    update ``[B, L]``, the weights after the first (untimed) update (on the CPU), the MB of
+    the checkpoint's safetensors that ``save`` writes, and the peak GiB allocated on a CUDA
+    device (0 on the CPU)."""
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     original = _scoring.slices_logits
     if not sliced:
         _scoring.slices_logits = lambda model: False
@@ -181,22 +188,29 @@ def time_updates(
             share_prefix=share,
             lora=lora,
             bf16_compute=bf16,
+            device=args.device,
         )
         if share and not learner.share_prefix:
             raise SystemExit("the shared prompt is off for this model")
         scored = learner.logprobs(batch)  # the trained tokens' logprobs: every way must agree
         batch = dataclasses.replace(batch, old_logprobs=scored)
         learner.step(batch)  # warm-up, and the update compared across ways
-        first = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
+        first = {k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()}
         seconds = []
         for _ in range(args.repeats):
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             learner.step(batch)
+            if cuda:
+                torch.cuda.synchronize()
             seconds.append(time.perf_counter() - t0)
+        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
         with tempfile.TemporaryDirectory() as out:
             learner.save(out)
             size = sum(p.stat().st_size for p in Path(out).glob("*.safetensors")) / 2**20
-        return statistics.median(seconds), scored, first, size
+        del learner
+        return statistics.median(seconds), scored.cpu(), first, size, peak
     finally:
         _scoring.slices_logits = original
 
@@ -245,6 +259,10 @@ def update_distance(a: dict, b: dict, base: dict) -> float:
     return (num / den) ** 0.5 if den else float("inf")
 
 
+def _peak(gib: float) -> str:
+    return f", peak {gib:.1f} GiB allocated" if gib else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
@@ -266,6 +284,7 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16,
                         help="also time LoRA at this rank (0: not)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--ways", type=parse_ways, help=f"comma-separated: {', '.join(WAYS)}")
     parser.add_argument("--trace", type=Path,
                         help="real episodes: a run's trace.sqlite")  # fmt: skip
@@ -278,8 +297,10 @@ def main() -> None:
     if not 0 < args.trained < 1:
         raise SystemExit("--trained must be between 0 and 1")
     torch.set_num_threads(args.threads)
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
     if args.autocast is None:
-        speed = bfloat16_speed("cpu")
+        speed = bfloat16_speed(args.device)
         args.autocast = speed >= BFLOAT16_MIN_SPEEDUP
         if not args.autocast:
             print(
@@ -306,8 +327,11 @@ def main() -> None:
             f"{args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
             f"trained, groups of 4 sharing the first {args.shared:.0%}"
         )
+    where = f"{args.threads} threads" if args.device == "cpu" else f"device {args.device}"
+    if torch.device(args.device).type == "cuda":
+        where += f" ({torch.cuda.get_device_name(torch.device(args.device))})"
     print(
-        f"batch: {what}; {args.threads} threads; gradient checkpointing "
+        f"batch: {what}; {where}; gradient checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}",
         flush=True,
     )
@@ -318,10 +342,10 @@ def main() -> None:
         base.update(load_file(str(path)))
     ways = args.ways if args.ways is not None else default_ways(args)
     if "every-position" in ways:
-        full, scored_full, _, _ = time_updates(model_dir, batch, args, sliced=False)
-        print(f"logits at every position:      {full:.2f} s per update", flush=True)
-    kept, scored, first, full_mb = time_updates(model_dir, batch, args, sliced=True)
-    print(f"logits at trained positions:   {kept:.2f} s per update", flush=True)
+        full, scored_full, _, _, peak = time_updates(model_dir, batch, args, sliced=False)
+        print(f"logits at every position:      {full:.3f} s per update{_peak(peak)}", flush=True)
+    kept, scored, first, full_mb, peak = time_updates(model_dir, batch, args, sliced=True)
+    print(f"logits at trained positions:   {kept:.3f} s per update{_peak(peak)}", flush=True)
     if "every-position" in ways:
         print(f"ratio trained-only / every position: {kept / full:.3f}")
         logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
@@ -346,9 +370,9 @@ def main() -> None:
     }  # fmt: skip
     ways = [how_of[w] for w in WAYS if w in ways and w in how_of]
     for label, how in ways:
-        seconds, scored_way, first_way, mb = time_updates(model_dir, batch, args, **how)
+        seconds, scored_way, first_way, mb, peak = time_updates(model_dir, batch, args, **how)
         gap = (scored_way - scored).abs()[mask]
-        print(f"{label}: {seconds:.2f} s per update", flush=True)
+        print(f"{label}: {seconds:.3f} s per update{_peak(peak)}", flush=True)
         print(f"ratio {label} / float32 trained positions: {seconds / kept:.3f}")
         apart = ""
         if "lora" not in how:  # LoRA's update is another one by design: not compared so

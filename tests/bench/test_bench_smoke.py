@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -119,6 +120,17 @@ def test_smoke(script: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
     for figure in FIGURES[script]:
         assert re.search(figure, proc.stdout), f"{script}: no {figure!r} in:\n{proc.stdout}"
+
+
+def test_learner_step_on_a_cuda_device_that_is_not_there(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the GPU suite's machine runs --device cuda")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "learner_step.py"), "--smoke", "--device", "cuda"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "--device cuda: torch sees no CUDA device", proc.stderr
 
 
 def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """The whole loop on the device: `agentrl-supervisor start` with every role in one process
-on the in-process broker, learner and sampler engine on the device, for two updates."""
+on the in-process broker, learner and sampler engine on the device, for two updates; in
+float32, and with ``learner.autocast: auto`` (bfloat16 for the learner's passes and the
+engine where the device computes it faster: every CUDA device with bfloat16)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,15 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
+from agentrl.trainer._device import BFLOAT16_MIN_SPEEDUP, bfloat16_speed
 
+
+@pytest.mark.parametrize("autocast", [False, "auto"])
 def test_the_supervisor_trains_two_updates_with_learner_and_sampler_on_the_device(
-    device, model_dir, tmp_path, report
+    device, model_dir, tmp_path, report, autocast
 ):
     config = {
         "run": "gpu",
@@ -29,7 +35,12 @@ def test_the_supervisor_trains_two_updates_with_learner_and_sampler_on_the_devic
             "max_new_tokens": 32,
         },
         "pools": {"current": {"max_batch": 8}},
-        "learner": {"device": device, "kl_coef": 1e-3, "keep_checkpoints": 2},
+        "learner": {
+            "device": device,
+            "kl_coef": 1e-3,
+            "keep_checkpoints": 2,
+            "autocast": autocast,
+        },
     }
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -60,4 +71,19 @@ def test_the_supervisor_trains_two_updates_with_learner_and_sampler_on_the_devic
     engines = [e for e in events if e.get("event") == "engine started"]
     assert loaded and all(e["device"].startswith(expected) for e in loaded), loaded
     assert engines and all(e["device"].startswith(expected) for e in engines), engines
-    report(seconds=seconds, updates=2, episodes=sum(r.get("rollout/episodes", 0) for r in rows))
+    # auto: bfloat16 exactly where the device is fast at it (every CUDA device with bfloat16)
+    fast = autocast == "auto" and bfloat16_speed(device) >= BFLOAT16_MIN_SPEEDUP
+    if autocast == "auto" and expected == "cuda":
+        assert fast, bfloat16_speed(device)
+    assert all(e["autocast"] is fast for e in loaded), loaded
+    assert all(e["dtype"] == ("bfloat16" if fast else "float32") for e in engines), engines
+    chosen = [e for e in events if e.get("event") == "bfloat16 auto"]
+    said = {e["what"] for e in chosen}
+    assert said == ({"learner.autocast", "sampler engine"} if autocast == "auto" else set()), chosen
+    report(
+        autocast=autocast,
+        bfloat16=fast,
+        seconds=seconds,
+        updates=2,
+        episodes=sum(r.get("rollout/episodes", 0) for r in rows),
+    )
