@@ -42,10 +42,11 @@ if [ "${STEP_SECONDS:-240}" != 0 ]; then
     python3 -c 'import sys; from agentrl.trainer._models import write_random_model as w
 w(sys.argv[1], sys.argv[2], seed=0, num_hidden_layers=int(sys.argv[3]) or None)' \
         "$AGENTRL_GPU_MODEL_SOURCE" "$model" "${AGENTRL_GPU_MODEL_LAYERS:-0}" || exit 1
+    cp "$TRACE" /tmp/agentrl-trace.sqlite || exit 1  # (reading it writes -wal and -shm beside it)
     args="--model $model --device cuda --repeats 3"
     args="$args --ways every-position,autocast,bf16,shared,shared+autocast,shared+bf16"
     timeout "${STEP_SECONDS:-240}" bash -c "python3 bench/learner_step.py $args ${STEP_ARGS:-} &&
-        python3 bench/learner_step.py $args --trace '$TRACE' --groups 5 ${STEP_ARGS:-}" \
+        python3 bench/learner_step.py $args --trace /tmp/agentrl-trace.sqlite --groups 5 ${STEP_ARGS:-}" \
         2>&1 | grep -v -E "Loading weights|Writing model|info  " | tee "$out/learner-step.log"
     step=${PIPESTATUS[0]}
 fi
