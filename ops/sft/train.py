@@ -31,6 +31,7 @@ import torch
 from agentrl.actors import EpisodeLimits
 from agentrl.environments import ChatFormat
 from agentrl.trainer import LearnerBackend, TorchLearner, build_batch, load_tokenizer, resolve_model
+from agentrl.trainer._device import use_bfloat16
 
 from ..config.schema import RunConfig
 from ..run.run_dir import latest_checkpoint
@@ -163,6 +164,10 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
     ln = cfg.learner
 
     def torch_backend(model_dir: Path, lr: float) -> LearnerBackend:
+        # bfloat16 on a device where it is slower than float32 warns, as for the RL learner
+        if ln.dtype == "bfloat16":
+            use_bfloat16(True, ln.device, what="learner.dtype")
+        bf16 = ln.bf16_compute and use_bfloat16(True, ln.device, what="learner.bf16_compute")
         return TorchLearner(
             model_dir,
             lr=lr,
@@ -172,7 +177,7 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
             micro_batch_tokens=ln.micro_batch_tokens,
             gradient_checkpointing=ln.gradient_checkpointing,
             # bf16_compute: RL updates only; its warm start runs under autocast
-            autocast=ln.autocast_on() or ln.bf16_compute,
+            autocast=ln.autocast_on() or bf16,
             device=ln.device,
             dtype=ln.dtype,
             seed=cfg.seed,

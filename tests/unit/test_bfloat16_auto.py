@@ -185,6 +185,27 @@ def test_bfloat16_weights_warn_on_a_slow_device_and_stay_bfloat16(speed):
     assert [e["what"] for e in logs if e["log_level"] == "warning"] == ["sampler engine"]
 
 
+@pytest.mark.parametrize(
+    ("learner", "what"),
+    [({"bf16_compute": True}, "learner.bf16_compute"), ({"dtype": "bfloat16"}, "learner.dtype")],
+)
+def test_the_sft_warm_start_warns_as_the_rl_learner_does(speed, monkeypatch, learner, what):
+    """The warm start's learner under ``bf16_compute`` (run as autocast) or bfloat16 weights on
+    a device where bfloat16 is slower than float32 says so, as `torch_backend` does for RL."""
+    from agentrl.ops import parse_config
+    from agentrl.ops.sft import train
+
+    seen = {}
+    monkeypatch.setattr(train, "TorchLearner", lambda model_dir, **kw: seen.update(kw))
+    cfg = parse_config({**BASE, "learner": learner})
+    for value, warned in ((0.02, [what]), (8.0, [])):
+        speed(value)
+        with structlog.testing.capture_logs() as logs:
+            train._backend_factory(cfg)("model", 1e-5)
+        assert [e["what"] for e in logs if e["log_level"] == "warning"] == warned
+        assert seen["autocast"] is ("bf16_compute" in learner)
+
+
 def test_the_speed_in_words():
     from agentrl.trainer._device import bfloat16_note
 
