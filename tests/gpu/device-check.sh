@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One run of everything that needs a GPU, on a machine without network:
 #   bash tests/gpu/device-check.sh [OUT_DIR]
-# Expects, beside the working tree: .whl/ (agentrl's wheel and the dependencies the
-# machine lacks, for its Python; peft's for the LoRA test) and .gpu/smollm2/ (SmolLM2's config and tokenizer files:
-# the GPU suite and the benches build a random model of that shape). Runs the GPU suite
+# Expects, beside the working tree (`bash tests/gpu/prepare.sh` builds both, here): .whl/
+# (agentrl's wheel and the dependencies the machine lacks, for its Python) and .gpu/smollm2/
+# (SmolLM2's config and tokenizer files: the GPU suite and the benches build a random model
+# of that shape). Runs the GPU suite
 # (tests/gpu), then bench/gpu.py, then bench/learner_step.py on the device (every way of
 # the update against today's float32, on the synthetic batch and on 5 groups of a learning
 # run's real episodes), each under a time limit, the logs and the suite's measured figures
