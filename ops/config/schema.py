@@ -281,6 +281,16 @@ class LearnerConfig:
             return False
         return use_bfloat16(self.autocast, self.device, what="learner.autocast")
 
+    def bf16_compute_on(self) -> bool:
+        """Whether the torch learner runs `bf16_compute` (the SFT warm start, as autocast).
+        It, and bfloat16 weights (`dtype`), each warn where bfloat16 is slower than float32
+        on `device`: the RL learner and the warm start both ask here."""
+        from agentrl.trainer._device import use_bfloat16
+
+        if self.dtype == "bfloat16":
+            use_bfloat16(True, self.device, what="learner.dtype")
+        return self.bf16_compute and use_bfloat16(True, self.device, what="learner.bf16_compute")
+
 
 @dataclass(frozen=True)
 class ServeConfig:

@@ -11,7 +11,6 @@ from pathlib import Path
 from agentrl.actors import SamplerEngine, TorchEngine
 from agentrl.actors.engines.vllm.engine import VLLMEngine
 from agentrl.trainer import LearnerBackend, LoraSpec, TorchLearner, resolve_model
-from agentrl.trainer._device import use_bfloat16
 
 from ..config.schema import RunConfig
 from ..sft.warm_start import kl_reference
@@ -116,14 +115,11 @@ def _update_args(cfg: RunConfig, version: int) -> dict:
 def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend:
     """The torch learner (``learner.backend: torch``) on `weights` at `version`."""
     ln = cfg.learner
-    if ln.dtype == "bfloat16":
-        use_bfloat16(True, ln.device, what="learner.dtype")  # warns where it is slow
     return TorchLearner(
         weights,
         gradient_checkpointing=ln.gradient_checkpointing,
         autocast=ln.autocast_on(),
-        bf16_compute=ln.bf16_compute
-        and use_bfloat16(True, ln.device, what="learner.bf16_compute"),  # warns where slow
+        bf16_compute=ln.bf16_compute_on(),  # (it and bfloat16 weights warn where slow)
         share_prefix=ln.share_prefix,
         lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
         **_update_args(cfg, version),

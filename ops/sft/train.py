@@ -31,7 +31,6 @@ import torch
 from agentrl.actors import EpisodeLimits
 from agentrl.environments import ChatFormat
 from agentrl.trainer import LearnerBackend, TorchLearner, build_batch, load_tokenizer, resolve_model
-from agentrl.trainer._device import use_bfloat16
 
 from ..config.schema import RunConfig
 from ..run.run_dir import latest_checkpoint
@@ -164,10 +163,7 @@ def _backend_factory(cfg: RunConfig) -> MakeBackend:
     ln = cfg.learner
 
     def torch_backend(model_dir: Path, lr: float) -> LearnerBackend:
-        # bfloat16 on a device where it is slower than float32 warns, as for the RL learner
-        if ln.dtype == "bfloat16":
-            use_bfloat16(True, ln.device, what="learner.dtype")
-        bf16 = ln.bf16_compute and use_bfloat16(True, ln.device, what="learner.bf16_compute")
+        bf16 = ln.bf16_compute_on()  # warns where bfloat16 is slow, as for the RL learner
         return TorchLearner(
             model_dir,
             lr=lr,
