@@ -57,7 +57,13 @@ import torch
 
 from agentrl.messages import Trajectory
 from agentrl.trainer import LoraSpec, TorchLearner, _scoring, build_batch, resolve_model
-from agentrl.trainer._device import BFLOAT16_MIN_SPEEDUP, bfloat16_note, bfloat16_speed
+from agentrl.trainer._device import (
+    BFLOAT16_MIN_SPEEDUP,
+    DeviceUnavailable,
+    bfloat16_note,
+    bfloat16_speed,
+    resolve_device,
+)
 
 
 def synthetic_batch(
@@ -170,7 +176,7 @@ def time_updates(
     update ``[B, L]``, the weights after the first (untimed) update (on the CPU), the MB of
     the checkpoint's safetensors that ``save`` writes, and the peak GiB allocated on a CUDA
     device (0 on the CPU)."""
-    cuda = torch.device(args.device).type == "cuda"
+    cuda = args.device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -297,8 +303,10 @@ def main() -> None:
     if not 0 < args.trained < 1:
         raise SystemExit("--trained must be between 0 and 1")
     torch.set_num_threads(args.threads)
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
+    try:
+        args.device = resolve_device(args.device)  # the project's one check: a clear line
+    except (ValueError, DeviceUnavailable) as error:
+        raise SystemExit(f"--device: {error}") from None
     if args.autocast is None:
         speed = bfloat16_speed(args.device)
         args.autocast = speed >= BFLOAT16_MIN_SPEEDUP
@@ -327,9 +335,9 @@ def main() -> None:
             f"{args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
             f"trained, groups of 4 sharing the first {args.shared:.0%}"
         )
-    where = f"{args.threads} threads" if args.device == "cpu" else f"device {args.device}"
-    if torch.device(args.device).type == "cuda":
-        where += f" ({torch.cuda.get_device_name(torch.device(args.device))})"
+    where = f"{args.threads} threads"
+    if args.device.type == "cuda":
+        where = f"device {args.device} ({torch.cuda.get_device_name(args.device)})"
     print(
         f"batch: {what}; {where}; gradient checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}",

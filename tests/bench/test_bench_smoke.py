@@ -129,8 +129,12 @@ def test_learner_step_on_a_cuda_device_that_is_not_there(tmp_path: Path) -> None
         [sys.executable, str(BENCH / "learner_step.py"), "--smoke", "--device", "cuda"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+    from agentrl.trainer._device import DeviceUnavailable, resolve_device
+
+    with pytest.raises(DeviceUnavailable) as unavailable:
+        resolve_device("cuda")
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "--device cuda: torch sees no CUDA device", proc.stderr
+    assert proc.stderr.strip() == f"--device: {unavailable.value}", proc.stderr
 
 
 def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:
