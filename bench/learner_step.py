@@ -29,6 +29,17 @@ masters, refreshed once per update; activations, norms and attention in bfloat16
 gradients added into float32 after each micro-batch) runs alone (``bf16``) and with the
 shared prompt (``shared+bf16``), compared like autocast.
 
+**Copies once** (``learner.dedup_rows``: rows alike token for token forwarded once, each
+keeping its own loss term; the same update) runs with each shared way (``shared+dedup``,
+``shared+autocast+dedup``, ``shared+bf16+dedup``) where the batch has copies: real batches
+do (a sharp policy samples one episode several times), random ones only with ``--copies``.
+Every other way, today's float32 included, forwards every row.
+
+Real episodes (``--trace runs/<run>/trace.sqlite``): ``--groups N`` groups the run
+trained, with their rewards (``--trace-groups first``: the first N groups whatever became
+of them, rewards 1, 0, ..., as this bench read them before), or ``--trace-update V``, the
+run's own batch of update V.
+
 **LoRA** (``learner.lora``: rank ``--lora-rank`` adapters on every linear layer, the base
 frozen and serving as the KL reference, AdamW on the adapters only) runs alone and with the
 shared prompt and autocast. LoRA is another update by design, so it is compared by its
@@ -64,15 +75,25 @@ from agentrl.trainer._device import (
     bfloat16_speed,
     resolve_device,
 )
+from agentrl.trainer._distinct_rows import distinct_rows
 
 
 def synthetic_batch(
-    episodes: int, tokens: int, turns: int, trained: float, vocab: int, *, shared: float = 0.0
+    episodes: int,
+    tokens: int,
+    turns: int,
+    trained: float,
+    vocab: int,
+    *,
+    shared: float = 0.0,
+    copies: int = 0,
 ):
     """``episodes`` trajectories of ``tokens`` random ids; each has ``turns`` assistant
     segments, together ``trained`` of its tokens, each after a stretch of context. With
     ``shared``, the first ``shared`` of each episode's tokens are its group's common prompt
-    (the same ids for the 4 members), the turns after it."""
+    (the same ids for the 4 members), the turns after it. With ``copies`` (0-2), the last
+    ``copies`` members of each group are copies of the member two places before them, token
+    for token and reward for reward, as a sharp policy samples them."""
     gen = torch.Generator().manual_seed(0)
     assistant = max(1, round(tokens * trained / turns))
     prompt = round(tokens * shared)
@@ -81,8 +102,12 @@ def synthetic_batch(
     mask = [0] * (tokens - len(mask)) + mask
     prompts = [torch.randint(1, vocab, (prompt,), generator=gen).tolist() for _ in range(episodes)]
     out = []
+    rows: list[list[int]] = []
     for i in range(episodes):
         ids = prompts[i // 4] + torch.randint(1, vocab, (tokens - prompt,), generator=gen).tolist()
+        if i % 4 >= 4 - copies:
+            ids = rows[i - 2]
+        rows.append(ids)
         reward = float(i % 2)  # groups of 4 with spread: every episode trains
         out.append(
             Trajectory(
@@ -109,30 +134,48 @@ def synthetic_batch(
     return build_batch(out, pad_id=0)
 
 
-def traced_batch(path: Path, groups: int):
-    """A batch of real episodes: the first ``groups`` whole groups of a run's trace store
-    (``runs/<run>/trace.sqlite``), one task after another (task A's first group, task B's
-    first, ..., then their second groups), as sampled: their tokens, masks and the
-    sampler's logprobs. Rewards alternate 1, 0 within each group, so every group trains."""
+def traced_batch(path: Path, groups: int, pick: str = "trained", update: int | None = None):
+    """A batch of real episodes from a run's trace store (``runs/<run>/trace.sqlite``):
+    ``groups`` whole groups, one task after another (task A's first group, task B's first,
+    ..., then their second groups), as sampled: their tokens, masks and the sampler's
+    logprobs. ``pick``: ``trained``, groups the run trained, with the rewards they were
+    trained with (a run drops flat groups: these are what its learner computed);
+    ``first``, the first groups in the store whatever became of them, their rewards
+    alternating 1, 0 within each group so every group trains (what this bench read
+    before `trained` existed: its members can be one episode 8 times). ``update``: instead,
+    the batch of that update of the run, whole: every group trained into version
+    ``update``, with its rewards."""
     from agentrl.actors._trace_store import EpisodeFilter, TraceReader
 
     reader = TraceReader(path)
     try:
         by_task: dict[str, list[str]] = {}
         for summary in reader.episodes(EpisodeFilter(), limit=100_000):
+            if (pick == "trained" or update is not None) and summary.outcome != "trained":
+                continue
+            if update is not None and summary.version != update:
+                continue
             seen = by_task.setdefault(summary.task, [])
             if summary.group_id not in seen:
                 seen.append(summary.group_id)
         order = [g for i in range(groups) for t in sorted(by_task) for g in by_task[t][i : i + 1]]
         chosen = set(order[:groups])
-        if len(chosen) < groups:
-            raise SystemExit(f"{path}: {len(chosen)} groups, not {groups}")
+        if update is not None:
+            chosen = {g for gs in by_task.values() for g in gs}
+            if not chosen:
+                raise SystemExit(f"{path}: no group was trained into version {update}")
+        elif len(chosen) < groups:
+            raise SystemExit(f"{path}: {len(chosen)} {pick} groups, not {groups}")
         out = []
         for summary in reader.episodes(EpisodeFilter(), limit=100_000):
             if summary.group_id not in chosen:
                 continue
             trace = reader.episode(summary.episode_id)
-            reward = float(summary.sample_idx % 2)
+            reward = (
+                summary.reward
+                if pick == "trained" or update is not None
+                else float(summary.sample_idx % 2)
+            )
             out.append(
                 Trajectory(
                     episode_id=summary.episode_id,
@@ -171,6 +214,7 @@ def time_updates(
     checkpointing=None,
     lora=None,
     bf16=False,
+    dedup=False,
 ):
     """One way: median seconds per update, the trained tokens' logprobs before the first
     update ``[B, L]``, the weights after the first (untimed) update (on the CPU), the MB of
@@ -194,6 +238,7 @@ def time_updates(
             share_prefix=share,
             lora=lora,
             bf16_compute=bf16,
+            dedup_rows=dedup,
             device=args.device,
         )
         if share and not learner.share_prefix:
@@ -228,6 +273,9 @@ WAYS = (
     "shared",
     "shared+autocast",
     "shared+bf16",
+    "shared+dedup",
+    "shared+autocast+dedup",
+    "shared+bf16+dedup",
     "lora",
     "lora+shared+autocast",
 )
@@ -242,15 +290,16 @@ def parse_ways(text: str) -> list[str]:
     return ways
 
 
-def default_ways(args) -> list[str]:
+def default_ways(args, copies: bool) -> list[str]:
     """The ways the flags choose: every position always; autocast (with bfloat16 compute),
     the shared prompt and LoRA as ``--autocast``, ``--shared-prompt`` and ``--lora-rank``
-    say."""
+    say; the shared ways again with copies once where the batch has ``copies``."""
     ways = ["every-position"]
     if args.autocast:  # (and bfloat16 compute beside it)
         ways += ["autocast", "bf16"]
     if args.shared_prompt:
-        ways += ["shared", "shared+autocast", "shared+bf16"] if args.autocast else ["shared"]
+        shared = ["shared", "shared+autocast", "shared+bf16"] if args.autocast else ["shared"]
+        ways += shared + ([f"{w}+dedup" for w in shared] if copies else [])
     if args.lora_rank:
         ways.append("lora")
         if args.shared_prompt and args.autocast:
@@ -285,6 +334,8 @@ def main() -> None:
                              "matrix products are faster than float32's here)")  # fmt: skip
     parser.add_argument("--shared", type=float, default=0.7,
                         help="share of each episode that is its group's common prompt")  # fmt: skip
+    parser.add_argument("--copies", type=int, choices=(0, 1, 2), default=0,
+                        help="members of a group of 4 that copy another")  # fmt: skip
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the shared prompt (no gradient checkpointing)")  # fmt: skip
     parser.add_argument("--lora-rank", type=int, default=16,
@@ -295,10 +346,17 @@ def main() -> None:
     parser.add_argument("--trace", type=Path,
                         help="real episodes: a run's trace.sqlite")  # fmt: skip
     parser.add_argument("--groups", type=int, default=2, help="with --trace: whole groups")
+    parser.add_argument("--trace-update", type=int, metavar="V",
+                        help="with --trace: the run's own batch of update V (the groups "
+                             "trained into version V; not --groups, --trace-groups)")  # fmt: skip
+    parser.add_argument("--trace-groups", choices=("trained", "first"), default="trained",
+                        help="with --trace: groups the run trained, with their rewards, or the "
+                             "first ones whatever became of them (rewards 1, 0, ...)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
     args = parser.parse_args()
     if args.smoke:  # every way, whatever the CPU: the tiny model runs them in seconds
         args.model, args.episodes, args.tokens, args.repeats = "tiny", 4, 96, 1
+        args.copies = 1  # the ways that forward copies once run too
         args.autocast = True if args.autocast is None else args.autocast
     if not 0 < args.trained < 1:
         raise SystemExit("--trained must be between 0 and 1")
@@ -320,21 +378,34 @@ def main() -> None:
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     if args.trace:
-        batch = traced_batch(args.trace, args.groups)
+        batch = traced_batch(args.trace, args.groups, args.trace_groups, args.trace_update)
         lengths = batch.attention_mask.sum(dim=1)
+        chosen = (
+            f"update {args.trace_update}'s {len(set(batch.group_index.tolist()))} groups"
+            if args.trace_update is not None
+            else f"{args.groups} {args.trace_groups} groups"
+        )
         what = (
-            f"{batch.num_rows} real episodes of {args.trace} ({args.groups} groups: "
+            f"{batch.num_rows} real episodes of {args.trace} ({chosen}: "
             f"{', '.join(sorted(set(batch.tasks)))}), {int(lengths.min())}-{int(lengths.max())} "
             f"tokens, {int(lengths.sum())} in all, {int(batch.num_tokens)} trained"
         )
     else:
         batch = synthetic_batch(
-            args.episodes, args.tokens, args.turns, args.trained, vocab, shared=args.shared
+            args.episodes,
+            args.tokens,
+            args.turns,
+            args.trained,
+            vocab,
+            shared=args.shared,
+            copies=args.copies,
         )
         what = (
             f"{args.episodes} episodes x {args.tokens} tokens, {int(batch.num_tokens)} "
             f"trained, groups of 4 sharing the first {args.shared:.0%}"
         )
+    kinds = len(distinct_rows(batch).rows)
+    what += f"; {kinds} of the {batch.num_rows} rows distinct"
     where = f"{args.threads} threads"
     if args.device.type == "cuda":
         where = f"device {args.device} ({torch.cuda.get_device_name(args.device)})"
@@ -348,7 +419,7 @@ def main() -> None:
     base = {}
     for path in sorted(model_dir.glob("*.safetensors")):
         base.update(load_file(str(path)))
-    ways = args.ways if args.ways is not None else default_ways(args)
+    ways = args.ways if args.ways is not None else default_ways(args, kinds < batch.num_rows)
     if "every-position" in ways:
         full, scored_full, _, _, peak = time_updates(model_dir, batch, args, sliced=False)
         print(f"logits at every position:      {full:.3f} s per update{_peak(peak)}", flush=True)
@@ -372,6 +443,12 @@ def main() -> None:
                             dict(share=True, checkpointing=False, autocast=True)),
         "shared+bf16": ("shared prompt + bf16 compute",
                         dict(share=True, checkpointing=False, bf16=True)),
+        "shared+dedup": ("shared prompt + copies once",
+                         dict(share=True, checkpointing=False, dedup=True)),
+        "shared+autocast+dedup": ("shared prompt + copies once + bf16 autocast",
+                                  dict(share=True, checkpointing=False, autocast=True, dedup=True)),
+        "shared+bf16+dedup": ("shared prompt + copies once + bf16 compute",
+                              dict(share=True, checkpointing=False, bf16=True, dedup=True)),
         "lora": (f"lora r{r}", dict(lora=lora)),
         "lora+shared+autocast": (f"lora r{r} + shared prompt + bf16 autocast",
                                  dict(lora=lora, share=True, checkpointing=False, autocast=True)),

@@ -20,6 +20,9 @@ Metrics returned by ``step`` (documented here, and only here):
 - ``learner/entropy``: mean entropy of softmax(logits / T) on trained tokens.
 - ``learner/tokens``: number of trained tokens in the batch.
 - ``learner/micro_batches``: number of forward/backward passes.
+- ``learner/row_copies``: rows forwarded as a copy of another row of the batch, token for
+  token (`._distinct_rows`; torch backend with ``dedup_rows``; 0 without it and on the
+  megatron backend, which forwards every row).
 - ``rollout/logprob_gap``: mean |learner logp - rollout logp| on trained tokens,
   measured with the weights *before* the update. On stale tokens this includes
   the policy's own drift since they were sampled.

@@ -27,7 +27,7 @@ from ._grpo import task_normalize as normalize_per_task
 if TYPE_CHECKING:
     from agentrl.messages import Trajectory
 
-__all__ = ["TrainBatch", "build_batch", "micro_batches"]
+__all__ = ["TrainBatch", "build_batch", "micro_batch_rows", "micro_batches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,21 +209,27 @@ def micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     advantages are the batch's own (already normalised over the whole batch);
     splitting never renormalises. Row order does not change the summed loss.
     """
+    lengths = batch.attention_mask.sum(dim=1)
+    return [_cut(batch, rows, lengths) for rows in micro_batch_rows(batch, max_tokens)]
+
+
+def micro_batch_rows(batch: TrainBatch, max_tokens: int) -> list[list[int]]:
+    """The rows of each of `micro_batches`'s micro-batches, in its order."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     lengths = batch.attention_mask.sum(dim=1)
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
-    out: list[TrainBatch] = []
+    out: list[list[int]] = []
     current: list[int] = []
     for row in order:
         # Sorted descending: the first row of a chunk is its longest.
         longest = int(lengths[current[0]]) if current else int(lengths[row])
         if current and (len(current) + 1) * longest > max_tokens:
-            out.append(_cut(batch, current, lengths))
+            out.append(current)
             current = []
         current.append(row)
     if current:
-        out.append(_cut(batch, current, lengths))
+        out.append(current)
     return out
 
 

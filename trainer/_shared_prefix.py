@@ -53,6 +53,7 @@ __all__ = [
     "GroupPrefixes",
     "can_share",
     "common_prefix",
+    "group_micro_batch_rows",
     "group_micro_batches",
     "share_lengths",
     "shared_logits_at",
@@ -256,6 +257,12 @@ def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     A group too large for one micro-batch is split into chunks (each still shares its
     prefix); rows keep the batch's advantages (splitting never renormalises).
     """
+    lengths = batch.attention_mask.sum(dim=1)
+    return [_cut(batch, rows, lengths) for rows in group_micro_batch_rows(batch, max_tokens)]
+
+
+def group_micro_batch_rows(batch: TrainBatch, max_tokens: int) -> list[list[int]]:
+    """The rows of each of `group_micro_batches`'s micro-batches, in its order."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     lengths = batch.attention_mask.sum(dim=1)
@@ -274,15 +281,15 @@ def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
             current.append(row)
         longest = int(lengths[current[0]])
         chunks.append((current, shared + len(current) * (longest - shared)))
-    out: list[TrainBatch] = []
+    out: list[list[int]] = []
     rows_now: list[int] = []
     cost_now = 0
     for rows, cost in chunks:
         if rows_now and cost_now + cost > max_tokens:
-            out.append(_cut(batch, rows_now, lengths))
+            out.append(rows_now)
             rows_now, cost_now = [], 0
         rows_now += rows
         cost_now += cost
     if rows_now:
-        out.append(_cut(batch, rows_now, lengths))
+        out.append(rows_now)
     return out

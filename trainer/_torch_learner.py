@@ -14,9 +14,10 @@ import structlog
 import torch
 
 from ._backend import DIGEST_FILE, TOKENIZER_FILES
-from ._batch import TrainBatch, micro_batches
+from ._batch import TrainBatch, micro_batch_rows
 from ._device import resolve_device
 from ._digest import checkpoint_digest
+from ._distinct_rows import MicroBatch, distinct_rows, paired_micro_batches
 from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy
 from ._learner_state import (
     load_optimizer_state,
@@ -31,7 +32,7 @@ from ._memory import release_freed_memory
 from ._models import load_causal_lm
 from ._scoring import Kept, logits_at, target_logprobs, trained_positions
 from ._sft import check_objective, sft_gradients
-from ._shared_prefix import GroupPrefixes, can_share, group_micro_batches, shared_logits_at
+from ._shared_prefix import GroupPrefixes, can_share, group_micro_batch_rows, shared_logits_at
 
 __all__ = ["TorchLearner"]
 
@@ -103,6 +104,7 @@ class TorchLearner:
         objective: str = "grpo",
         lora: LoraSpec | None = None,
         bf16_compute: bool = False,
+        dedup_rows: bool = True,
     ) -> None:
         """``reference_dir``: the frozen KL reference (with ``kl_coef > 0``); default
         ``model_dir``. A run resumed from a checkpoint passes its initial model here, so
@@ -121,7 +123,10 @@ class TorchLearner:
         is ``reference_dir``, default ``model_dir``; ``model_dir`` may be an adapter
         checkpoint, which then resumes). The SFT objective refuses it.
         ``bf16_compute``: the passes on a bfloat16 copy of the float32 masters (above);
-        needs ``dtype`` float32, no ``autocast`` (it replaces it), no LoRA, objective grpo."""
+        needs ``dtype`` float32, no ``autocast`` (it replaces it), no LoRA, objective grpo.
+        ``dedup_rows``: rows of a batch alike token for token are forwarded once, for the
+        policy and the reference (`._distinct_rows`; the same update); off for a model with
+        dropout, whose copies would draw different masks."""
 
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -181,6 +186,9 @@ class TorchLearner:
                     self.model.named_parameters(), self.compute.named_parameters(), strict=True
                 )
             ]
+        self.dedup_rows = dedup_rows and not _has_dropout(self.model)
+        if dedup_rows and not self.dedup_rows:
+            log.info("dedup_rows off: the model has dropout")
         if share_prefix is None:
             share_prefix = self.device.type == "cpu"
         self.share_prefix = share_prefix and can_share(self.model)
@@ -274,22 +282,31 @@ class TorchLearner:
         total_tokens = batch.num_tokens
         sums = dict.fromkeys(LOSS_SUMS, 0.0)
         count = 0
+        distinct = distinct_rows(batch, merge=self.dedup_rows)
+        work = batch.select(torch.tensor(distinct.rows, dtype=torch.long))  # what is computed
         if self.share_prefix:  # each group's prompt once per update, for each model
-            micros = group_micro_batches(batch, self.micro_batch_tokens)
-            own = GroupPrefixes(batch, micros, grad=True)
-            ref = GroupPrefixes(batch, micros, grad=False)
+            packing = group_micro_batch_rows(work, self.micro_batch_tokens)
         else:
-            micros, own, ref = micro_batches(batch, self.micro_batch_tokens), None, None
+            packing = micro_batch_rows(work, self.micro_batch_tokens)
+        pairs = paired_micro_batches(batch, distinct, work, packing)
+        own = ref = None
+        if self.share_prefix:
+            computes = [pair.compute for pair in pairs]
+            own = GroupPrefixes(work, computes, grad=True)
+            ref = GroupPrefixes(work, computes, grad=False)
         gather = self._gather_gradients if self.bf16_compute else None
-        for micro in _then_done(micros, own, ref, after=gather):
+        for pair in _then_done(pairs, own, ref, after=gather):
             count += 1
+            micro = pair.loss  # every row, copies included: the loss reads these
             micro_tokens = micro.num_tokens
             if micro_tokens == 0:
                 continue
             mask = micro.loss_mask.to(self.device)
-            keep = trained_positions(micro, self.device)
-            logits = self._logits(self.compute, micro, keep, own)
-            logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
+            keep = trained_positions(pair.compute, self.device)
+            logits = self._logits(self.compute, pair.compute, keep, own)
+            logp = pair.spread(
+                target_logprobs(logits, pair.compute, keep, self.temperature, self.device)
+            )
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
             pg, stats = ppo_clip_loss(  # proximal policy = these weights (one step per batch)
@@ -306,9 +323,11 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.use_kl:
                 with torch.no_grad():
-                    ref_logits = self._reference_logits(micro, keep, ref)
-                    ref_logp = target_logprobs(
-                        ref_logits, micro, keep, self.temperature, self.device
+                    ref_logits = self._reference_logits(pair.compute, keep, ref)
+                    ref_logp = pair.spread(
+                        target_logprobs(
+                            ref_logits, pair.compute, keep, self.temperature, self.device
+                        )
                     )
                 kl_sum = (k3_kl(logp, ref_logp) * mask).sum()
                 loss_sum = loss_sum + self.kl_coef * kl_sum
@@ -322,9 +341,11 @@ class TorchLearner:
                 current = micro.versions.to(self.device) == self.version
                 sums["gap_cur"] += (gap * current).sum().item()
                 sums["n_cur"] += (mask * current).sum().item()
-                # [N]: every kept target is a trained one (`trained_positions`)
+                # [N]: every kept target is a trained one (`trained_positions`), each
+                # standing for its row's copies too
                 entropy = token_entropy(logits.detach(), self.temperature)
-                sums["entropy"] += entropy.sum().item()
+                weight = pair.multiplicity().to(self.device)[keep.rows]
+                sums["entropy"] += (entropy * weight).sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
             sums["clip"] += float(stats["clip_frac"]) * micro_tokens
             sums["dual"] += float(stats["dual_clip_frac"]) * micro_tokens
@@ -346,6 +367,7 @@ class TorchLearner:
             "learner/entropy": sums["entropy"] / denom,
             "learner/tokens": float(total_tokens),
             "learner/micro_batches": float(count),
+            "learner/row_copies": float(distinct.copies),
             "rollout/logprob_gap": sums["gap"] / denom,
         }
         if sums["n_cur"]:
@@ -467,6 +489,15 @@ def _linear_weights_in_bfloat16(model: torch.nn.Module) -> None:
                 module.bias.data = module.bias.data.to(torch.bfloat16)
 
 
+def _has_dropout(model: torch.nn.Module) -> bool:
+    """Whether ``model`` drops anything in training mode: a dropout module with p > 0, or
+    an attention dropout in its config (HF attention applies it as a function)."""
+    cfg = getattr(model, "config", None)
+    if float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def _bf16_compute_problem(dtype: str, autocast: bool, lora, objective: str) -> str | None:
     """Why ``bf16_compute`` cannot run with these settings, or None."""
     if dtype != "float32":
@@ -481,15 +512,15 @@ def _bf16_compute_problem(dtype: str, autocast: bool, lora, objective: str) -> s
 
 
 def _then_done(
-    micros: list[TrainBatch], *stores: GroupPrefixes | None, after=None
-) -> Iterator[TrainBatch]:
+    micros: list[MicroBatch], *stores: GroupPrefixes | None, after=None
+) -> Iterator[MicroBatch]:
     """``micros`` one by one; once the loop's body has run for one (its backward included,
-    or its ``continue``), each store's `GroupPrefixes.done` for it, then ``after(micro)``
-    (the prompts' gradients are in by then)."""
+    or its ``continue``), each store's `GroupPrefixes.done` for its computed rows, then
+    ``after(micro)`` (the prompts' gradients are in by then)."""
     for micro in micros:
         yield micro
         for store in stores:
             if store is not None:
-                store.done(micro)
+                store.done(micro.compute)
         if after is not None:
             after(micro)

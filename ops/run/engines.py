@@ -121,6 +121,7 @@ def torch_backend(cfg: RunConfig, weights: Path, version: int) -> LearnerBackend
         autocast=ln.autocast_on(),
         bf16_compute=ln.bf16_compute_on(),  # (it and bfloat16 weights warn where slow)
         share_prefix=ln.share_prefix,
+        dedup_rows=ln.dedup_rows,
         lora=None if ln.lora is None else LoraSpec(**asdict(ln.lora)),
         **_update_args(cfg, version),
     )

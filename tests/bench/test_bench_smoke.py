@@ -70,6 +70,10 @@ FIGURES = {
         r"ratio shared prompt / float32 trained positions: [\d.]+",
         r"ratio shared prompt \+ bf16 autocast / float32 trained positions: [\d.]+",
         r"shared prompt against float32: \|d logprob\| mean 0\.0000\d",
+        r"; 3 of the 4 rows distinct;",  # --smoke: one member of the group copies another
+        r"ratio shared prompt \+ copies once / float32 trained positions: [\d.]+",
+        r"shared prompt \+ copies once against float32: \|d logprob\| mean 0\.0000\d",
+        r"ratio shared prompt \+ copies once \+ bf16 compute / float32 trained positions: ",
         r"lora r16: [\d.]+ s per update",
         r"lora r16 against float32: \|d logprob\| mean 0\.00000 max 0\.00000",  # B = 0
         r"checkpoint lora r16: [\d.]+ MB, float32 full model [\d.]+ MB",
@@ -138,17 +142,23 @@ def test_learner_step_on_a_cuda_device_that_is_not_there(tmp_path: Path) -> None
 
 
 def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:
-    # --trace: real episodes, whole groups of a run's trace.sqlite (here two scripted
-    # groups of 4 members with a shared 20-token prompt, in the tiny model's vocabulary)
+    # --trace: real episodes, whole groups of a run's trace.sqlite (here scripted groups
+    # of 4 members with a shared 20-token prompt, in the tiny model's vocabulary): two
+    # trained into version 3 (in os, members 2 and 3 copy members 0 and 1), and before
+    # them one dropped as flat
     from agentrl.actors._trace_store import TraceWriter
+    from agentrl.trainer import build_batch
     from tests.unit.records import trajectory
 
     store = TraceWriter(tmp_path / "trace.sqlite", tokenizer="tiny")
-    for g, task in enumerate(("db", "os")):
+    groups = {}
+    for g, task in enumerate(("kg", "db", "os")):
         prompt = [(7 * g + i) % 50 + 1 for i in range(20)]
         members = []
         for m in range(4):
-            turn = [(11 * m + i) % 50 + 1 for i in range(6 + m)]
+            turn = [(11 * (m % 2 if task == "os" else m) + i) % 50 + 1 for i in range(6 + m % 2)]
+            if task != "os":
+                turn += [3] * (m // 2)
             members.append(
                 trajectory(
                     [0] * 20 + [1] * len(turn),
@@ -157,18 +167,36 @@ def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:
                     task=task,
                     sample_idx=m,
                     token_ids=prompt + turn,
+                    reward=0.0 if task == "kg" else float(m % 2),
+                    group_size=4,
                 )
             )
-        store.dropped(3, "no_spread", members)
+        groups[task] = members
+    store.dropped(2, "no_spread", groups["kg"])
+    trained = groups["db"] + groups["os"]
+    store.trained(3, trained, build_batch(trained, pad_id=0))
     store.close()
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "learner_step.py"), "--smoke", "--lora-rank", "0",
-         "--trace", str(tmp_path / "trace.sqlite"), "--groups", "2"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "batch: 8 real episodes of" in proc.stdout
-    assert "(2 groups: db, os), 26-29 tokens, 220 in all, 60 trained" in proc.stdout
-    assert re.search(
-        r"ratio shared prompt \+ bf16 autocast / float32 trained positions", proc.stdout
-    )
+
+    def bench(*flags: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / "learner_step.py"), "--smoke", "--lora-rank", "0",
+             "--trace", str(tmp_path / "trace.sqlite"), *flags],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return proc.stdout
+
+    out = bench("--groups", "2")  # the run's trained groups, with their rewards
+    assert "batch: 8 real episodes of" in out
+    assert "(2 trained groups: db, os), 26-28 tokens, 214 in all, 54 trained" in out
+    assert "; 6 of the 8 rows distinct;" in out
+    for way in ("shared prompt + bf16 autocast", "shared prompt + copies once + bf16 compute"):
+        assert f"ratio {way} / float32 trained positions" in out, way
+    out = bench("--trace-update", "3", "--ways", "shared+dedup")  # that update's batch
+    assert "(update 3's 2 groups: db, os), 26-28 tokens, 214 in all, 54 trained" in out
+    assert re.search(r"shared prompt \+ copies once against float32: \|d logprob\| mean 0\.0", out)
+    out = bench("--groups", "3", "--trace-groups", "first", "--ways", "shared")
+    assert "(3 first groups: db, kg, os), 26-28 tokens, 322 in all, 82 trained" in out
+    assert "; 10 of the 12 rows distinct;" in out
+    with pytest.raises(AssertionError, match="no group was trained into version 2"):
+        bench("--trace-update", "2")

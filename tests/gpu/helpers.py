@@ -53,12 +53,16 @@ def generations_batch(
     return build_batch(rows, pad_id)
 
 
-def synthetic_batch(vocab: int, *, episodes: int = 8, tokens: int = 160, seed: int = 0):
+def synthetic_batch(
+    vocab: int, *, episodes: int = 8, tokens: int = 160, seed: int = 0, copies: bool = False
+):
     """``episodes`` random-token rows, the last third of each trained, in groups of four
-    with reward spread, recorded logprobs -2 (so importance weights are not all 1)."""
+    with reward spread, recorded logprobs -2 (so importance weights are not all 1). With
+    ``copies``, members 2 and 3 of each group copy members 0 and 1 token for token."""
     gen = torch.Generator().manual_seed(seed)
     trained = tokens // 3
     mask = [0] * (tokens - trained) + [1] * trained
+    ids = [torch.randint(1, vocab, (tokens,), generator=gen).tolist() for _ in range(episodes)]
     rows = [
         trajectory(
             mask,
@@ -66,7 +70,7 @@ def synthetic_batch(vocab: int, *, episodes: int = 8, tokens: int = 160, seed: i
             reward=float(i % 2),
             logprob=-2.0,
             episode_id=f"s{seed}-{i}",
-            token_ids=torch.randint(1, vocab, (tokens,), generator=gen).tolist(),
+            token_ids=ids[i - 2 if copies and i % 4 >= 2 else i],
             group_size=4,
         )
         for i in range(episodes)

@@ -55,6 +55,26 @@ def test_the_torch_learner_updates_on_the_device_as_on_the_cpu(
     assert diff < UPDATE_TOLERANCE and worst < METRIC_TOLERANCE, (diff, worst, want, got)
 
 
+def test_copies_forwarded_once_update_as_every_row_on_the_device(
+    device, model_dir, tokenizer, tmp_path, report
+):
+    """`learner.dedup_rows` (`trainer._distinct_rows`) on the device: half the rows copy
+    the others, and the update is the one that forwards every row."""
+    batches = [synthetic_batch(len(tokenizer), seed=s, copies=True) for s in (1, 2)]
+    merged = TorchLearner(model_dir, device=device, **HYPER)
+    got = _updates(merged, batches, tmp_path / "merged")
+    del merged
+    plain = TorchLearner(model_dir, device=device, dedup_rows=False, **HYPER)
+    want = _updates(plain, batches, tmp_path / "plain")
+    assert [m["learner/row_copies"] for m in got] == [4.0, 4.0]
+    assert [m["learner/row_copies"] for m in want] == [0.0, 0.0]
+    plain_w, merged_w = hf_weights(tmp_path / "plain"), hf_weights(tmp_path / "merged")
+    diff = relative_difference(plain_w, merged_w, hf_weights(model_dir))
+    worst = max(_rel(w[k], g[k]) for w, g in zip(want, got, strict=True) for k in METRICS)
+    report(update_rel_diff_copies_once=diff, metric_rel_diff_copies_once=worst)
+    assert diff < UPDATE_TOLERANCE and worst < METRIC_TOLERANCE, (diff, worst, want, got)
+
+
 def test_the_megatron_learner_updates_on_the_device_as_the_torch_learner(
     device, model_dir, tokenizer, tmp_path, report
 ):

@@ -232,6 +232,7 @@ class MegatronUpdate:
             "learner/entropy": s["entropy"] / denom,
             "learner/tokens": float(total),
             "learner/micro_batches": float(count),
+            "learner/row_copies": 0.0,  # every row forwarded (no dedup_rows here)
             "rollout/logprob_gap": s["gap"] / denom,
             "learner/grad_norm": 0.0,
         }
