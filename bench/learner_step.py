@@ -147,35 +147,34 @@ def traced_batch(path: Path, groups: int, pick: str = "trained", update: int | N
     ``update``, with its rewards."""
     from agentrl.actors._trace_store import EpisodeFilter, TraceReader
 
+    as_trained = pick == "trained" or update is not None  # the run's groups, its rewards
     reader = TraceReader(path)
     try:
         by_task: dict[str, list[str]] = {}
         for summary in reader.episodes(EpisodeFilter(), limit=100_000):
-            if (pick == "trained" or update is not None) and summary.outcome != "trained":
+            if as_trained and summary.outcome != "trained":
                 continue
             if update is not None and summary.version != update:
                 continue
             seen = by_task.setdefault(summary.task, [])
             if summary.group_id not in seen:
                 seen.append(summary.group_id)
-        order = [g for i in range(groups) for t in sorted(by_task) for g in by_task[t][i : i + 1]]
-        chosen = set(order[:groups])
         if update is not None:
             chosen = {g for gs in by_task.values() for g in gs}
             if not chosen:
                 raise SystemExit(f"{path}: no group was trained into version {update}")
-        elif len(chosen) < groups:
-            raise SystemExit(f"{path}: {len(chosen)} {pick} groups, not {groups}")
+        else:
+            tasks = sorted(by_task)
+            order = [g for i in range(groups) for t in tasks for g in by_task[t][i : i + 1]]
+            chosen = set(order[:groups])
+            if len(chosen) < groups:
+                raise SystemExit(f"{path}: {len(chosen)} {pick} groups, not {groups}")
         out = []
         for summary in reader.episodes(EpisodeFilter(), limit=100_000):
             if summary.group_id not in chosen:
                 continue
             trace = reader.episode(summary.episode_id)
-            reward = (
-                summary.reward
-                if pick == "trained" or update is not None
-                else float(summary.sample_idx % 2)
-            )
+            reward = summary.reward if as_trained else float(summary.sample_idx % 2)
             out.append(
                 Trajectory(
                     episode_id=summary.episode_id,
@@ -352,7 +351,7 @@ def main() -> None:
     parser.add_argument("--trace-groups", choices=("trained", "first"), default="trained",
                         help="with --trace: groups the run trained, with their rewards, or the "
                              "first ones whatever became of them (rewards 1, 0, ...)")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 short episodes")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 4 episodes, one a copy")
     args = parser.parse_args()
     if args.smoke:  # every way, whatever the CPU: the tiny model runs them in seconds
         args.model, args.episodes, args.tokens, args.repeats = "tiny", 4, 96, 1

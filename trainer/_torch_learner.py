@@ -284,13 +284,10 @@ class TorchLearner:
         count = 0
         distinct = distinct_rows(batch, merge=self.dedup_rows)
         work = batch.select(torch.tensor(distinct.rows, dtype=torch.long))  # what is computed
-        if self.share_prefix:  # each group's prompt once per update, for each model
-            packing = group_micro_batch_rows(work, self.micro_batch_tokens)
-        else:
-            packing = micro_batch_rows(work, self.micro_batch_tokens)
-        pairs = paired_micro_batches(batch, distinct, work, packing)
+        pack = group_micro_batch_rows if self.share_prefix else micro_batch_rows
+        pairs = paired_micro_batches(batch, distinct, work, pack(work, self.micro_batch_tokens))
         own = ref = None
-        if self.share_prefix:
+        if self.share_prefix:  # each group's prompt once per update, for each model
             computes = [pair.compute for pair in pairs]
             own = GroupPrefixes(work, computes, grad=True)
             ref = GroupPrefixes(work, computes, grad=False)

@@ -251,9 +251,9 @@ class LearnerConfig:
     """torch backend: rows of a batch alike token for token (a sharp policy samples the same
     episode more than once) are forwarded once for the policy and the reference, each copy
     keeping its own loss term: the same update (trainer/_distinct_rows.py). In the
-    60-minute runs' trained groups 43% of rows were distinct; computed positions fell to
-    0.70-0.75 (bench/README.md, learner step). Off for a model with dropout; the megatron
-    backend does not merge rows."""
+    60-minute runs' trained groups 43% of rows were distinct; the positions the
+    shared-prompt learner computes fell to 0.49-0.58 (bench/README.md, learner step). Off
+    for a model with dropout; the megatron backend does not merge rows."""
     device: str = "cpu"
     """Where the learner computes: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch sees
     one). The megatron backend puts rank r on GPU r of its node. Sampler pools use the same
