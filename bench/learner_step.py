@@ -2,7 +2,7 @@
 
     python bench/learner_step.py [--model smollm2] [--episodes 8] [--tokens 1100] [--trained 0.12]
     python bench/learner_step.py --trace runs/<run>/trace.sqlite --groups 2   # real episodes
-    python bench/learner_step.py --smoke    # tiny model, 2 short episodes (CI)
+    python bench/learner_step.py --smoke    # tiny model, 4 short episodes, one a copy (CI)
     python bench/learner_step.py --device cuda --repeats 3   # on a GPU (peak memory too)
 
 An agent episode is mostly context (system prompt, tool schemas, tool results); the
@@ -21,8 +21,12 @@ A third way, **bfloat16 autocast** (``learner.autocast``: float32 weights, gradi
 AdamW; the forward's matrix products in bfloat16, AMX on this CPU; the log-softmax in
 float32), runs on the trained positions too. Against today's float32 (trained positions)
 it prints its seconds and ratio, the mean and largest |Δ logprob| of the trained tokens
-before the update, and how far its first update lands from float32's, relative to the
-update's size (``||W_bf16 - W_fp32|| / ||W_fp32 - W_0||``).
+before the update, how far its first update lands from float32's, relative to the
+update's size (``||W_bf16 - W_fp32|| / ||W_fp32 - W_0||``), and the cosine of that update's
+gradient (clipped, before AdamW) to float32's. The distance overstates a small gradient
+error: AdamW's first step moves each weight by about the learning rate times the sign of
+its gradient, so a weight whose gradient is near 0 in float32 may move the full step the
+other way. The cosine reads the gradient itself. ``--repeats 0`` compares without timing.
 
 **bfloat16 compute** (``learner.bf16_compute``: the passes on a bfloat16 copy of the float32
 masters, refreshed once per update; activations, norms and attention in bfloat16; the
@@ -215,9 +219,10 @@ def time_updates(
     bf16=False,
     dedup=False,
 ):
-    """One way: median seconds per update, the trained tokens' logprobs before the first
-    update ``[B, L]``, the weights after the first (untimed) update (on the CPU), the MB of
-    the checkpoint's safetensors that ``save`` writes, and the peak GiB allocated on a CUDA
+    """One way: median seconds per update (nan with ``--repeats 0``), the trained tokens'
+    logprobs before the first update ``[B, L]``, the weights after the first (untimed)
+    update and its clipped gradient by parameter name (on the CPU, float64), the MB of the
+    checkpoint's safetensors that ``save`` writes, and the peak GiB allocated on a CUDA
     device (0 on the CPU)."""
     cuda = args.device.type == "cuda"
     if cuda:
@@ -244,7 +249,18 @@ def time_updates(
             raise SystemExit("the shared prompt is off for this model")
         scored = learner.logprobs(batch)  # the trained tokens' logprobs: every way must agree
         batch = dataclasses.replace(batch, old_logprobs=scored)
+        gradient = {}
+        names = {id(p): n for n, p in learner.model.named_parameters()}
+
+        def keep_gradient(optimizer, *_):  # the first update's (clipped) gradient, by name
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        gradient[names[id(p)]] = p.grad.detach().to("cpu", torch.float64)
+
+        hook = learner.optimizer.register_step_pre_hook(keep_gradient)
         learner.step(batch)  # warm-up, and the update compared across ways
+        hook.remove()
         first = {k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()}
         seconds = []
         for _ in range(args.repeats):
@@ -260,7 +276,8 @@ def time_updates(
             learner.save(out)
             size = sum(p.stat().st_size for p in Path(out).glob("*.safetensors")) / 2**20
         del learner
-        return statistics.median(seconds), scored.cpu(), first, size, peak
+        median = statistics.median(seconds) if seconds else float("nan")
+        return median, scored.cpu(), first, gradient, size, peak
     finally:
         _scoring.slices_logits = original
 
@@ -313,6 +330,19 @@ def update_distance(a: dict, b: dict, base: dict) -> float:
     return (num / den) ** 0.5 if den else float("inf")
 
 
+def gradient_cosine(a: dict, b: dict) -> float:
+    """cos(a, b) of two gradients by parameter name, over the names they share."""
+    names = a.keys() & b.keys()
+    dot = sum(float((a[k] * b[k]).sum()) for k in names)
+    na = sum(float(a[k].pow(2).sum()) for k in names) ** 0.5
+    nb = sum(float(b[k].pow(2).sum()) for k in names) ** 0.5
+    return dot / (na * nb) if na and nb else float("nan")
+
+
+def _timed(seconds: float) -> str:
+    return "untimed (--repeats 0)" if seconds != seconds else f"{seconds:.3f} s per update"
+
+
 def _peak(gib: float) -> str:
     return f", peak {gib:.1f} GiB allocated" if gib else ""
 
@@ -327,7 +357,9 @@ def main() -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
                         default=True, help="as bench/learning*.yaml")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed updates per way after the compared one (0: compare "
+                             "logprobs and first updates only, untimed)")  # fmt: skip
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction,
                         help="also time bfloat16 autocast and compute (default: where bfloat16 "
                              "matrix products are faster than float32's here)")  # fmt: skip
@@ -354,7 +386,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny model, 4 episodes, one a copy")
     args = parser.parse_args()
     if args.smoke:  # every way, whatever the CPU: the tiny model runs them in seconds
-        args.model, args.episodes, args.tokens, args.repeats = "tiny", 4, 96, 1
+        args.model, args.episodes, args.tokens = "tiny", 4, 96  # --repeats as given (1)
         args.copies = 1  # the ways that forward copies once run too
         args.autocast = True if args.autocast is None else args.autocast
     if not 0 < args.trained < 1:
@@ -420,12 +452,13 @@ def main() -> None:
         base.update(load_file(str(path)))
     ways = args.ways if args.ways is not None else default_ways(args, kinds < batch.num_rows)
     if "every-position" in ways:
-        full, scored_full, _, _, peak = time_updates(model_dir, batch, args, sliced=False)
-        print(f"logits at every position:      {full:.3f} s per update{_peak(peak)}", flush=True)
-    kept, scored, first, full_mb, peak = time_updates(model_dir, batch, args, sliced=True)
-    print(f"logits at trained positions:   {kept:.3f} s per update{_peak(peak)}", flush=True)
+        full, scored_full, _, _, _, peak = time_updates(model_dir, batch, args, sliced=False)
+        print(f"logits at every position:      {_timed(full)}{_peak(peak)}", flush=True)
+    kept, scored, first, grad, full_mb, peak = time_updates(model_dir, batch, args, sliced=True)
+    print(f"logits at trained positions:   {_timed(kept)}{_peak(peak)}", flush=True)
     if "every-position" in ways:
-        print(f"ratio trained-only / every position: {kept / full:.3f}")
+        if args.repeats:
+            print(f"ratio trained-only / every position: {kept / full:.3f}")
         logp_full, logp_kept = float(scored_full.sum()), float(scored.sum())
         print(f"sum of the trained tokens' logprobs: {logp_full:.4f} and {logp_kept:.4f}")
         if abs(logp_full - logp_kept) > 1e-5 * max(1.0, abs(logp_full)):
@@ -454,14 +487,21 @@ def main() -> None:
     }  # fmt: skip
     ways = [how_of[w] for w in WAYS if w in ways and w in how_of]
     for label, how in ways:
-        seconds, scored_way, first_way, mb, peak = time_updates(model_dir, batch, args, **how)
+        seconds, scored_way, first_way, grad_way, mb, peak = time_updates(
+            model_dir, batch, args, **how
+        )
         gap = (scored_way - scored).abs()[mask]
-        print(f"{label}: {seconds:.3f} s per update{_peak(peak)}", flush=True)
-        print(f"ratio {label} / float32 trained positions: {seconds / kept:.3f}")
+        print(f"{label}: {_timed(seconds)}{_peak(peak)}", flush=True)
+        if args.repeats:
+            print(f"ratio {label} / float32 trained positions: {seconds / kept:.3f}")
         apart = ""
         if "lora" not in how:  # LoRA's update is another one by design: not compared so
             distance = update_distance(first, first_way, tied)
-            apart = f"; first update {distance:.4f} of its size apart"
+            cosine = gradient_cosine(grad, grad_way)
+            apart = (
+                f"; first update {distance:.4f} of its size apart, its gradient's cosine to "
+                f"float32's {cosine:.5f}"
+            )
         print(
             f"{label} against float32: |d logprob| mean {float(gap.mean()):.5f} "
             f"max {float(gap.max()):.5f} nats on {int(mask.sum())} trained tokens{apart}",

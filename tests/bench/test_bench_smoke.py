@@ -6,6 +6,7 @@ bench that rots (an interface it uses changed) fails CI. Run with ``tox -e bench
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -69,7 +70,8 @@ FIGURES = {
         r"bf16 autocast: [\d.]+ s per update",
         r"ratio shared prompt / float32 trained positions: [\d.]+",
         r"ratio shared prompt \+ bf16 autocast / float32 trained positions: [\d.]+",
-        r"shared prompt against float32: \|d logprob\| mean 0\.0000\d",
+        r"shared prompt against float32: \|d logprob\| mean 0\.0000\d.*; first update [\d.]+ of "
+        r"its size apart, its gradient's cosine to float32's (?:1\.00000|0\.9999\d)",
         r"; 3 of the 4 rows distinct;",  # --smoke: one member of the group copies another
         r"ratio shared prompt \+ copies once / float32 trained positions: [\d.]+",
         r"shared prompt \+ copies once against float32: \|d logprob\| mean 0\.0000\d",
@@ -200,3 +202,28 @@ def test_learner_step_on_the_episodes_of_a_trace_store(tmp_path: Path) -> None:
     assert "; 10 of the 12 rows distinct;" in out
     with pytest.raises(AssertionError, match="no group was trained into version 2"):
         bench("--trace-update", "2")
+    # --repeats 0: the logprobs and first updates compared, nothing timed
+    out = bench("--trace-update", "3", "--ways", "shared+dedup", "--repeats", "0")
+    assert "logits at trained positions:   untimed (--repeats 0)" in out
+    assert "shared prompt + copies once: untimed (--repeats 0)" in out
+    assert "ratio" not in out and "s per update" not in out
+    assert re.search(r"copies once against float32: .* cosine to float32's (1\.0|0\.9999)", out)
+
+
+def test_learner_step_gradient_cosine() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learner_step", BENCH / "learner_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a = {"w": torch.tensor([[3.0, 0.0]], dtype=torch.float64), "b": torch.tensor([4.0])}
+    assert bench.gradient_cosine(a, a) == pytest.approx(1.0)
+    assert bench.gradient_cosine(a, {k: -2 * v for k, v in a.items()}) == pytest.approx(-1.0)
+    # over every tensor, not per tensor: (3*0 + 0*5 + 4*4) / (5 * sqrt(41))
+    b = {"w": torch.tensor([[0.0, 5.0]], dtype=torch.float64), "b": torch.tensor([4.0])}
+    assert bench.gradient_cosine(a, b) == pytest.approx(16 / (5 * 41**0.5))
+    # a name only one side has (LoRA's adapters, a frozen weight) is left out
+    assert bench.gradient_cosine(a, {**b, "extra": torch.ones(3)}) == pytest.approx(
+        16 / (5 * 41**0.5)
+    )
+    assert math.isnan(bench.gradient_cosine(a, {"w": torch.zeros(1, 2)}))  # no direction
