@@ -221,7 +221,7 @@ def time_updates(
 ):
     """One way: median seconds per update (nan with ``--repeats 0``), the trained tokens'
     logprobs before the first update ``[B, L]``, the weights after the first (untimed)
-    update and its clipped gradient by parameter name (on the CPU, float64), the MB of the
+    update and its clipped gradient by parameter name (on the CPU), the MB of the
     checkpoint's safetensors that ``save`` writes, and the peak GiB allocated on a CUDA
     device (0 on the CPU)."""
     cuda = args.device.type == "cuda"
@@ -256,7 +256,7 @@ def time_updates(
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
-                        gradient[names[id(p)]] = p.grad.detach().to("cpu", torch.float64)
+                        gradient[names[id(p)]] = p.grad.detach().to("cpu", copy=True)
 
         hook = learner.optimizer.register_step_pre_hook(keep_gradient)
         learner.step(batch)  # warm-up, and the update compared across ways
@@ -331,11 +331,12 @@ def update_distance(a: dict, b: dict, base: dict) -> float:
 
 
 def gradient_cosine(a: dict, b: dict) -> float:
-    """cos(a, b) of two gradients by parameter name, over the names they share."""
+    """cos(a, b) of two gradients by parameter name, over the names they share, summed in
+    float64 as `update_distance`."""
     names = a.keys() & b.keys()
-    dot = sum(float((a[k] * b[k]).sum()) for k in names)
-    na = sum(float(a[k].pow(2).sum()) for k in names) ** 0.5
-    nb = sum(float(b[k].pow(2).sum()) for k in names) ** 0.5
+    dot = sum(float((a[k].double() * b[k].double()).sum()) for k in names)
+    na = sum(float(a[k].double().pow(2).sum()) for k in names) ** 0.5
+    nb = sum(float(b[k].double().pow(2).sum()) for k in names) ** 0.5
     return dot / (na * nb) if na and nb else float("nan")
 
 

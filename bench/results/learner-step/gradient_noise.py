@@ -1,9 +1,10 @@
 """How far the bfloat16 ways' first gradient is from float32's, against how far the batch's
 own sampling moves it: one update batch of a run (`bench/learner_step.py`'s ``traced_batch``,
-``--trace-update``), SmolLM2's real weights, 2 threads.
+``--trace-update``), SmolLM2's real weights, 2 threads, the learner of
+`device_cpu_profile.py`'s profiles (micro-batches of 2,048 tokens, the shared prompt).
 
 Float32 (shared prompt + copies once: the same logprobs as today's float32, its update
-0.0002 of its size apart) gives each group's gradient alone, ``g_i`` (its token-mean loss),
+0.0002-0.0003 of its size apart) gives each group's gradient alone, ``g_i`` (its token-mean loss),
 and the whole batch's, ``g``. The batch's loss is the token mean over every group, so
 ``g = sum_i T_i g_i / T`` (``T_i`` group i's trained tokens): checked, as the cosine of that
 sum to the directly computed ``g``. Then, every figure a cosine to ``g``:
@@ -15,7 +16,8 @@ sum to the directly computed ``g``. Then, every figure a cosine to ``g``:
 - the batch's groups resampled with replacement (2,000 draws): the spread of the gradient
   over batches like this one.
 
-    PYTHONPATH=bench python bench/results/learner-step/gradient_noise.py TRACE UPDATE
+    PYTHONPATH=bench:bench/results/learner-step python \
+        bench/results/learner-step/gradient_noise.py TRACE UPDATE
 """
 
 import dataclasses
@@ -23,6 +25,7 @@ import sys
 import time
 
 import torch
+from device_cpu_profile import shared_prompt_learner
 from learner_step import traced_batch
 
 from agentrl.trainer import TorchLearner, resolve_model
@@ -37,18 +40,6 @@ WAYS = {  # label -> TorchLearner keywords
     "shared prompt + copies once + bf16 compute": dict(bf16_compute=True),
     "shared prompt + copies once + bf16 autocast": dict(autocast=True),
 }
-
-
-def learner_of(**how) -> TorchLearner:
-    return TorchLearner(
-        model_dir,
-        micro_batch_tokens=2048,
-        gradient_checkpointing=False,
-        share_prefix=True,
-        dedup_rows=True,
-        device="cpu",
-        **how,
-    )
 
 
 def gradient(learner: TorchLearner, part) -> torch.Tensor:
@@ -66,7 +57,7 @@ task_of = [batch.tasks[int(batch.task_index[r[0]])] for r in rows_of]
 vectors, labels = [], []
 for label, how in WAYS.items():
     start = time.perf_counter()
-    learner = learner_of(**how)
+    learner = shared_prompt_learner(model_dir, **how)  # copies once: the default
     scored = dataclasses.replace(batch, old_logprobs=learner.logprobs(batch))
     vectors.append(gradient(learner, scored))
     labels.append(label)
