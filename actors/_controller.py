@@ -299,7 +299,13 @@ class ControllerActor(pykka.ThreadingActor):
             return
         beat = msg.payload
         if beat.role == "learner":  # its run-wide drop count, also before its next report
-            dropped = int(beat.state.get("dropped_episodes", 0))
+            gauge = beat.state.get("dropped_episodes", 0.0)
+            if not 0 <= gauge < 2**53:  # NaN and inf too: no count, and int() would raise
+                reason = f"heartbeat.state.dropped_episodes: expected a count, got {gauge!r}"
+                self._log.warning("malformed message dead-lettered", reason=reason)
+                delivery.dead_letter(reason)
+                return
+            dropped = int(gauge)
             if dropped > self._dropped:
                 self._dropped = dropped
                 self._admit()

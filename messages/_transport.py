@@ -28,7 +28,9 @@ log = structlog.get_logger(__name__)
 REASON_HEADER = "x-agentrl-reason"
 """Header set by `Delivery.dead_letter`: why the message was dead-lettered."""
 QUEUE_HEADER = "x-agentrl-queue"
-"""Header set by `Delivery.dead_letter`: the queue the message was taken from."""
+"""Header set by `Delivery.dead_letter`: the queue the message was taken from (for a
+broadcast, the exchange it was published to: its queue is a server-named one of the
+consumer's own)."""
 
 
 class TransportError(Exception):
@@ -151,8 +153,11 @@ class Delivery:
 
     @property
     def dead_letter_exchange(self) -> str | None:
-        """The DLX this delivery's queue belongs to (see `dead_letter_exchange_for`)."""
-        return dead_letter_exchange_for(self.queue)
+        """The DLX this delivery's queue belongs to (see `dead_letter_exchange_for`); for a
+        broadcast taken from a server-named queue (``amq.gen-...``, see `subscribe`), the
+        DLX of the run whose exchange it was published to (``<run>.checkpoints`` ->
+        ``<run>.dlx``)."""
+        return dead_letter_exchange_for(self.queue) or dead_letter_exchange_for(self.exchange)
 
     def _claim(self) -> bool:
         if self._no_ack:
@@ -185,7 +190,8 @@ class Delivery:
             raise TransportError(f"queue {self.queue!r} has no dead-letter exchange")
         if not self._claim():
             return
-        headers = {**self.headers, REASON_HEADER: reason, QUEUE_HEADER: self.queue}
+        where = self.queue if dead_letter_exchange_for(self.queue) else self.exchange
+        headers = {**self.headers, REASON_HEADER: reason, QUEUE_HEADER: where}
         try:
             future = self._settler.publish(exchange, self.routing_key, self.body, headers=headers)
         except TransportClosed:

@@ -241,7 +241,7 @@ def _poison(run: str) -> dict[str, list[tuple[str, bytes]]]:
 
 
 def test_poison_messages_are_dead_lettered_with_a_reason_and_the_run_goes_on(tmp_path, amqp_url):
-    from agentrl.messages._transport import REASON_HEADER
+    from agentrl.messages._transport import QUEUE_HEADER, REASON_HEADER
 
     run = f"fault-poison-{uuid.uuid4().hex[:6]}"
     run_dir = tmp_path / run
@@ -254,17 +254,27 @@ def test_poison_messages_are_dead_lettered_with_a_reason_and_the_run_goes_on(tmp
             for queue, bodies in poison.items():
                 for _, body in bodies:
                     transport.publish("", queue, body).result(10)
+            names = Topology(run)
+            broadcasts = {  # every consumer of a broadcast dead-letters its own copy
+                (names.checkpoints, ""): b"\xc1 garbage on the checkpoints exchange",
+                (names.control, "heartbeat.sampler"): b"\xc1 garbage as a heartbeat",
+                (names.control, "metrics.learner"): b"\xc1 garbage as metrics",
+            }
+            for (exchange, key), body in broadcasts.items():
+                transport.publish(exchange, key, body).result(10)
             _finish(proc, tmp_path, run)
         finally:
             if proc.poll() is None:
                 proc.kill()
         dead: list = []
         got = threading.Event()
+        wanted = {body for bodies in poison.values() for _, body in bodies}
+        wanted |= set(broadcasts.values())
 
         def take(delivery) -> None:
             dead.append(delivery)
             delivery.ack()
-            if len(dead) == 8:
+            if wanted <= {bytes(d.body) for d in dead}:
                 got.set()
 
         transport.consume(Topology(run).dead, take, prefetch=20)
@@ -284,5 +294,11 @@ def test_poison_messages_are_dead_lettered_with_a_reason_and_the_run_goes_on(tmp
             assert body in reasons, f"{what} was not dead-lettered"
             assert expected[what] in reasons[body], (what, reasons[body])
             print(f"{what}: {reasons[body]}")
+    for (exchange, _), body in broadcasts.items():
+        copies = [d for d in dead if bytes(d.body) == body]
+        assert copies, f"{body!r} was not dead-lettered"
+        assert {str(d.headers[QUEUE_HEADER]) for d in copies} == {exchange}
+        assert all("not valid msgpack" in str(d.headers[REASON_HEADER]) for d in copies)
+        print(f"{exchange}: {len(copies)} consumers dead-lettered it")
     counts = _check_ledger(amqp_url, run, run_dir)  # the run finished, nothing lost
     print(f"ledger after 8 poison messages: {counts}")
