@@ -15,7 +15,14 @@ from ._grpo import (
     token_mean,
 )
 from ._lora import LoraError, LoraSpec
-from ._models import ModelError, ModelNotFound, load_causal_lm, load_tokenizer, resolve_model
+from ._models import (
+    ModelError,
+    ModelNotFound,
+    check_hub_model,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model,
+)
 from ._torch_learner import TorchLearner
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "TorchLearner",
     "TrainBatch",
     "build_batch",
+    "check_hub_model",
     "checkpoint_digest",
     "episode_reward",
     "group_advantages",

@@ -97,6 +97,30 @@ def resolve_model(spec: str, cache_dir: str | Path | None = None) -> Path:
     return Path(spec)
 
 
+HUB_TIMEOUT = 10.0
+"""Seconds `check_hub_model` waits for the Hugging Face hub to answer."""
+
+
+def check_hub_model(spec: str, timeout: float = HUB_TIMEOUT) -> None:
+    """Raise `ModelNotFound`, in one line, unless hub name ``spec`` can be loaded: its
+    ``config.json`` is in the local Hugging Face cache, or the hub answers that the model
+    exists within ``timeout`` seconds. A start checks this before it writes anything: a
+    misspelt name or a machine without network is then one line, not minutes of retries
+    inside transformers."""
+    from huggingface_hub import HfApi, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+            return
+        HfApi().model_info(spec, timeout=timeout)
+    except Exception as exc:  # every cause (404, no network, offline, bad name): one answer
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFound(
+            f"model {spec!r} is not a local directory, not in the Hugging Face cache, and "
+            f"the hub did not confirm it ({type(exc).__name__}: {why})"
+        ) from exc
+
+
 _LOAD_LOCK = threading.Lock()
 
 

@@ -63,6 +63,14 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
         raise ConfigError([f"file not found: {path}"], str(path)) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError([f"a directory, not a config file: {path}"], str(path)) from exc
+    except PermissionError as exc:
+        raise ConfigError([f"cannot be read: {exc.strerror}"], str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"not text (UTF-8): {exc.reason} at byte {exc.start}"], str(path)
+        ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError([f"not valid YAML: {exc}"], str(path)) from exc
     raw = {} if raw is None else raw

@@ -6,8 +6,10 @@ the run, instead of being refused as "run exists"), and says why in one line.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agentrl.messages import BrokerLoginRefused, BrokerUnavailable, connect
-from agentrl.trainer import resolve_model
+from agentrl.trainer import check_hub_model, resolve_model
 
 from ..config.schema import RunConfig
 
@@ -19,11 +21,11 @@ PROBE_TIMEOUT = 5.0
 
 def check_models(cfg: RunConfig) -> None:
     """Resolve the policy model and every pool's own model (converting once, cached);
-    raises `agentrl.trainer.ModelError` (e.g. ModelNotFound) for the first that cannot be."""
-    resolve_model(cfg.model)
-    for pool in cfg.pools.values():
-        if pool.model:
-            resolve_model(pool.model)
+    raises `agentrl.trainer.ModelError` (e.g. ModelNotFound) for the first that cannot be.
+    A hub name must be in the local cache or confirmed by the hub (`check_hub_model`)."""
+    for spec in [cfg.model, *(pool.model for pool in cfg.pools.values() if pool.model)]:
+        if not Path(resolve_model(spec)).is_dir():  # a hub name, downloaded at load
+            check_hub_model(spec)
 
 
 def broker_problem(broker: str, name: str, timeout: float = PROBE_TIMEOUT) -> str | None:

@@ -73,3 +73,32 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypa
     assert "RuntimeError: the engine broke" in line and "--debug" in line
     with pytest.raises(RuntimeError, match="the engine broke"):
         main(["start", "--config", str(config), "--debug"])
+
+
+def test_a_hub_name_the_hub_does_not_confirm_is_one_line_and_exit_2_before_anything(
+    tmp_path, capsys, monkeypatch
+):
+    """A name that is no directory, not in the Hugging Face cache, with the hub unreachable
+    (offline here): one line naming the model, exit 2, no run directory, in seconds."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    config = _config(tmp_path, model="no-such-org/x")
+    start = time.monotonic()
+    assert main(["start", "--config", str(config), "--log-level", "error"]) == 2
+    assert time.monotonic() - start < 20
+    line = _one_line(capsys.readouterr().err)
+    assert "'no-such-org/x'" in line and "Hugging Face cache" in line
+    assert not (tmp_path / "runs").exists()  # the corrected config starts the run
+
+
+@pytest.mark.parametrize("what", ["a directory", "binary"])
+def test_a_config_that_is_no_yaml_file_is_said_without_a_traceback_and_exit_2(tmp_path, capsys, what):
+    if what == "a directory":
+        path = tmp_path
+    else:
+        path = tmp_path / "run.yaml"
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    assert main(["start", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(path) in err  # a config error's list, as for YAML's
+    assert ("a directory" if what == "a directory" else "not text (UTF-8)") in err
