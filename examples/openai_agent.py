@@ -36,7 +36,7 @@ def play(client: openai.OpenAI, task: str, max_turns: int) -> float:
         messages.extend(step["messages"])
         if step["finish"]:
             return step["reward"]
-    end = {"reward": 0.0, "status": "task_limit_reached"}
+    end = {"status": "task_limit_reached"}  # give up: the environment judges, not the agent
     return client.post(f"/episodes/{episode['id']}/end", body=end, cast_to=object)["reward"]
 
 

@@ -7,6 +7,7 @@ Every problem in a file is collected and reported together in one
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,9 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         problems.append("serve.max_body_bytes: must be >= 1024")
     if cfg.serve.max_concurrent < 1:
         problems.append("serve.max_concurrent: must be >= 1")
+    low_high = cfg.serve.reward_range
+    if len(low_high) != 2 or not all(map(math.isfinite, low_high)) or low_high[0] > low_high[1]:
+        problems.append(f"serve.reward_range: {low_high} is not [low, high], finite, low <= high")
     if cfg.torch_threads < 0:
         problems.append("torch_threads: must be >= 0 (0 = automatic)")
     usable = set(range(os.cpu_count() or 1))  # not this process's mask: a pinned role reads this

@@ -319,6 +319,9 @@ class ServeConfig:
     """The largest request body read; a larger one is refused (413) before it is parsed."""
     max_concurrent: int = 64
     """Requests handled at once; one more is refused (429, with Retry-After)."""
+    reward_range: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    """``[low, high]``: the rewards an agent may end an episode of its own task with (a task
+    of the run's config is judged by its environment, never by the agent)."""
 
 
 @dataclass(frozen=True)

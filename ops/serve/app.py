@@ -16,7 +16,12 @@ run's config, the environment's opening ``messages`` and ``tools``.
 ``POST /v1/episodes/{id}/step`` ``{"message"?}``: the task's environment answers the last
 assistant turn (or ``message``): ``messages``, ``status``, ``reward``, ``finish``; the
 episode ends when ``finish`` is true. ``POST /v1/episodes/{id}/end`` ``{"reward",
-"status"?}``: end an episode the agent judges itself. Both ends publish the trajectory.
+"status"?}``: end an episode the agent judges itself (a finite reward inside
+``serve.reward_range``), or give up an episode its environment judges (a status other than
+``completed``, no reward). Both ends publish the trajectory.
+
+Bodies are strict JSON: ``NaN``, ``Infinity`` and a number beyond a float's range (``1e309``)
+are refused as malformed (400), so no non-finite number reaches a field.
 
 Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a
 malformed request (the message names the field), 404 for an unknown episode, 409 for one
@@ -26,6 +31,7 @@ that ended; 401, 413 and 429 come from `guard.Guard` before a request gets here.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from typing import Any, Literal
@@ -33,6 +39,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -96,8 +103,49 @@ class EpisodeStep(BaseModel):
 
 
 class EpisodeEnd(BaseModel):
-    reward: float
+    reward: float | None = Field(None, allow_inf_nan=False, strict=True)
     status: str = "completed"
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a float's range")
+    return value
+
+
+def strict_json(body: bytes) -> Any:
+    """``body`` parsed as JSON without Python's extensions: ``NaN``, ``Infinity`` and a
+    float that overflows raise `json.JSONDecodeError` (FastAPI answers it as malformed)."""
+    try:
+        return json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        raise json.JSONDecodeError(str(exc), body.decode(errors="replace"), 0) from exc
+
+
+class _StrictRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = strict_json(await self.body())
+        return self._json
+
+
+class _StrictRoute(APIRoute):
+    """A route whose JSON body is parsed by `strict_json`."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def strict(request: Request):
+            return await handler(_StrictRequest(request.scope, request.receive))
+
+        return strict
 
 
 def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
@@ -144,11 +192,14 @@ def from_chat(message: ChatMessage) -> dict[str, Any]:
 def make_app(service) -> FastAPI:
     """The routes over ``service`` (a `ServeService`, or a fake with its attributes)."""
     app = FastAPI(title="agentrl", docs_url=None, redoc_url=None)
+    app.router.route_class = _StrictRoute
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}"
+            + (f" ({e['ctx']['error']})" if e["type"] == "json_invalid" else "")
+            for e in exc.errors()
         )
         return _error(400, f"malformed request: {problems}")
 
@@ -268,7 +319,7 @@ def make_app(service) -> FastAPI:
     @app.post("/v1/episodes/{episode_id}/end")
     def end(episode_id: str, body: EpisodeEnd) -> dict[str, Any]:
         episode = service.book.get(episode_id)
-        traj = service.book.end(episode, body.reward, body.status)
+        traj = service.book.end_by_agent(episode, body.reward, body.status)
         return {"episode": traj.episode_id, "reward": traj.reward, "tokens": len(traj.token_ids),
                 "turns": traj.num_turns}  # fmt: skip
 

@@ -15,6 +15,12 @@ that way (the agent rewrote or trimmed it), or that changes the tools, starts a 
 one that led to the reward; earlier segments are not trained (their sampled tokens are
 counted in the trajectory's ``serve/segments`` and ``serve/untrained_tokens`` metrics).
 
+Rewards. A task of the run's config is judged by its environment (`EpisodeBook.step`); its
+agent may give an episode up (`end_by_agent` with a status other than ``completed``, for
+the run's penalty) but never names its reward. Any other task is the agent's own: the
+reward it ends an episode with must be a finite number inside ``reward_range``, since one
+infinite reward makes every advantage of its group NaN.
+
 Groups. GRPO compares episodes of one instance. Episodes opened without a group join the
 task's filling group (one instance, ``group_size`` slots, the next instance once full); an
 agent may also name a group (every episode of it plays the same task instance).
@@ -23,6 +29,7 @@ agent may also name a group (every episode of it plays the same task instance).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
@@ -35,6 +42,7 @@ from agentrl.environments import (
     ChatFormat,
     Environment,
     MalformedToolCall,
+    Status,
     parse_assistant,
     session_tools,
 )
@@ -129,9 +137,16 @@ class EpisodeBook:
         version: Callable[[], int],
         on_group: Callable[[ServedGroup], None] | None = None,
         seed: int = 0,
+        judged: frozenset[str] = frozenset(),
+        reward_range: tuple[float, float] = (0.0, 1.0),
     ) -> None:
+        """``judged``: the run's task names whose environment judges them, beyond
+        ``envs`` (a task on environment workers, which the endpoint cannot play);
+        ``reward_range``: the rewards an agent may give an episode of its own task."""
         self._fmt = fmt
         self._envs = envs
+        self._judged = frozenset(judged) | frozenset(envs)
+        self._reward_range = reward_range
         self._group_size = group_size
         self._penalty = penalty
         self._publish = publish
@@ -153,6 +168,11 @@ class EpisodeBook:
     ) -> tuple[ServedEpisode, list[ChatMessage], list[dict]]:
         """A new episode of ``task``: its state, opening messages and tools (a built-in
         task's; empty for a task the agent plays and judges itself)."""
+        if task in self._judged and task not in self._envs:
+            raise EpisodeError(
+                f"task {task!r} runs on the run's environment workers: the endpoint cannot "
+                "play it, and its reward is not the agent's"
+            )
         with self._lock:
             slot = self._slot(task, group, group_size)
             episode = ServedEpisode(f"{slot.id}-{slot.opened}", slot, slot.opened)
@@ -258,6 +278,35 @@ class EpisodeBook:
         if step.finish:
             self.end(episode, step.reward, step.status.value, metrics=step.metrics)
         return step
+
+    def end_by_agent(
+        self, episode: ServedEpisode, reward: float | None, status: str = "completed"
+    ) -> Trajectory:
+        """End ``episode`` as its agent asks (module doc, Rewards): refused (EpisodeError)
+        for a reward the agent may not give, before anything ends."""
+        ended = [s.value for s in Status if s != Status.RUNNING]
+        if status not in ended:
+            raise EpisodeError(f"status: {status!r} is not one of {', '.join(ended)}")
+        task = episode.group.task
+        if task in self._judged:
+            if reward is not None or status == Status.COMPLETED:
+                raise EpisodeError(
+                    f"task {task!r} is judged by its environment: its reward comes from "
+                    f"/v1/episodes/{episode.id}/step, not from the agent; /end may only give "
+                    "the episode up (a status other than completed, no reward)",
+                    403,
+                )
+            return self.end(episode, 0.0, status)
+        low, high = self._reward_range
+        if reward is None:
+            if status == Status.COMPLETED:
+                raise EpisodeError("reward: required to end a completed episode")
+            reward = 0.0
+        if not (math.isfinite(reward) and low <= reward <= high):
+            raise EpisodeError(
+                f"reward: {reward!r} is not a finite number in [{low}, {high}] (serve.reward_range)"
+            )
+        return self.end(episode, reward, status)
 
     def end(
         self,

@@ -103,6 +103,8 @@ class ServeService:
             version=lambda: self._version,
             on_group=self._journal_group,
             seed=cfg.seed,
+            judged=frozenset(cfg.tasks),
+            reward_range=(cfg.serve.reward_range[0], cfg.serve.reward_range[1]),
         )
         self._stop = threading.Event()
         self._janitor = threading.Thread(target=self._expire, name="serve-expire", daemon=True)
