@@ -18,6 +18,7 @@ from agentrl.trainer import ModelError
 from ..config.load import BROKER_ENV, ConfigError, load_config, read_broker
 from ..logs.configure import configure_logging
 from ..report.status import (
+    ManagementUnavailable,
     StatusError,
     client_for,
     controller_status,
@@ -164,8 +165,7 @@ def _status(args: argparse.Namespace) -> int:
             try:
                 stats = client.queue_stats(args.run)
             except StatusError as exc:
-                print(f"agentrl-supervisor: {exc}", file=sys.stderr)
-                return 1
+                return _status_failed(args, exc)
             controller = controller_status(args.broker, args.run)
             if args.json:
                 print(status_json(stats, args.run, controller), flush=True)
@@ -181,6 +181,20 @@ def _status(args: argparse.Namespace) -> int:
                 print()
     except KeyboardInterrupt:
         return 0
+
+
+def _status_failed(args: argparse.Namespace, exc: StatusError) -> int:
+    """One line on stderr (and, with --json, ``{"run", "error"}`` on stdout); exit 1. A
+    management API that does not answer is first told apart from a broker that is down."""
+    message = str(exc)
+    if isinstance(exc, ManagementUnavailable):
+        down = broker_problem(args.broker, name=f"{args.run}-status-probe")
+        if down is not None:
+            message = f"the broker is down, not only its management API: {down}"
+    print(f"agentrl-supervisor: {message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"run": args.run, "error": message}), flush=True)
+    return 1
 
 
 def _stop(args: argparse.Namespace) -> int:

@@ -232,14 +232,38 @@ def test_cli_status_table_and_json(fake_api, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["dead_letters"] == 3
 
 
-def test_cli_status_unavailable_exits_1_without_password(capsys) -> None:
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_cli_status_with_the_broker_down_says_so_and_exits_1_without_password(
+    capsys, json_flag
+) -> None:
+    """Management API and broker both silent: the line names the broker as down (not the
+    plugin); with --json, stdout is JSON too."""
     port = _closed_port()
     broker = f"amqp://alice:{SECRET.replace(':', '%3A').replace('/', '%2F')}@127.0.0.1:{port}/"
     url = f"http://127.0.0.1:{port}"
-    assert cli.main(["status", "--broker", broker, "--run", "r", "--management-url", url]) == 1
-    err = capsys.readouterr().err
-    assert "rabbitmq-plugins enable rabbitmq_management" in err
-    assert SECRET not in err and "s3cr%3At%2Fpw" not in err
+    args = ["status", "--broker", broker, "--run", "r", "--management-url", url, *json_flag]
+    assert cli.main(args) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "the broker is down" in lines[0], captured.err
+    assert "rabbitmq-plugins" not in captured.err
+    for text in (captured.err, captured.out):
+        assert SECRET not in text and "s3cr%3At%2Fpw" not in text
+    if json_flag:
+        answer = json.loads(captured.out)
+        assert answer["run"] == "r" and "the broker is down" in answer["error"]
+    else:
+        assert captured.out == ""
+
+
+def test_cli_status_with_only_the_management_api_silent_names_the_plugin(
+    capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(cli, "broker_problem", lambda broker, name: None)  # the broker answers
+    url = f"http://127.0.0.1:{_closed_port()}"
+    args = ["status", "--broker", "amqp://guest:guest@127.0.0.1/", "--run", "r"]
+    assert cli.main([*args, "--management-url", url]) == 1
+    assert "rabbitmq-plugins enable rabbitmq_management" in capsys.readouterr().err
 
 
 def test_controller_status_over_rpc_and_its_text(tmp_path) -> None:
