@@ -11,6 +11,7 @@ after the commit; a learner that died between the two has it appended at the nex
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ log = structlog.get_logger(__name__)
 __all__ = [
     "METRICS_FILE",
     "commit",
+    "disk_full",
+    "exc_line",
     "missing_rows",
     "partial_dir",
     "prune_checkpoints",
@@ -87,3 +90,30 @@ def missing_rows(checkpoint_dir: Path, metrics_path: Path) -> list[dict]:
         if int(row.get("version", -1)) not in written:
             rows.append(row)
     return rows
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DISK_FULL_TEXT = ("No space left", "Disk quota exceeded", "StorageFull", "file write failed")
+"""How a full disk reads in the errors of the writers a backend uses: an OSError, torch's
+``PytorchStreamWriter failed writing file ...: file write failed``, safetensors'
+``IoError(Os { code: 28, kind: StorageFull, ... })``."""
+
+
+def disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) says the disk is full."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(current) for text in _DISK_FULL_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def exc_line(exc: BaseException) -> str:
+    """``exc`` as one short line: its class and the first line of its text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__

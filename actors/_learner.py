@@ -52,7 +52,14 @@ from agentrl.messages import (
 )
 from agentrl.trainer import LearnerBackend, build_batch
 
-from ._checkpoint import commit, partial_dir, prune_checkpoints, remove_partials
+from ._checkpoint import (
+    commit,
+    disk_full,
+    exc_line,
+    partial_dir,
+    prune_checkpoints,
+    remove_partials,
+)
 from ._groups import Batch, DropBook, Group, GroupBuffer
 from ._heartbeat import HeartbeatSender
 from ._journal import TRAINED_JOURNAL, TrainedIndex, journal_groups
@@ -396,17 +403,29 @@ class LearnerActor(pykka.ThreadingActor):
         start, trained, idle = step.start, step.trained, step.idle
         version = self._version + 1
         path = self._ckpt_dir / f"v{version:06d}"
-        # Journal first: if the learner dies after the checkpoint is complete but before
-        # the acks, a learner resumed from it skips these groups' redeliveries.
+        partial = partial_dir(self._ckpt_dir, version)
+        if partial.exists():
+            shutil.rmtree(partial)
+        try:
+            digest = self._backend.save(partial)
+        except Exception as exc:
+            shutil.rmtree(partial, ignore_errors=True)  # what the write got to
+            if not disk_full(exc):
+                raise
+            self._stop_run(
+                f"disk full while writing checkpoint v{version} ({exc_line(exc)}): nothing of "
+                f"that update was kept and its episodes stay queued; free space on "
+                f"{self._ckpt_dir}, then start again with --resume"
+            )
+            return
+        # Journal before the commit: if the learner dies after the checkpoint is complete
+        # but before the acks, a learner resumed from it skips these groups' redeliveries
+        # (an entry past the newest committed checkpoint counts for nothing).
         journal_groups(
             self._journal, version, {t.group_id for t in batch}, [t.episode_id for t in batch]
         )
         if self._trace is not None:  # replaced, not doubled, if this version is trained again
             self._trace.trained(version, batch, train, step.chosen.left_out)
-        partial = partial_dir(self._ckpt_dir, version)
-        if partial.exists():
-            shutil.rmtree(partial)
-        digest = self._backend.save(partial)
         self._drops.left_out(step.chosen.untrained, version)  # acked with the batch, untrained
         saved = end = time.monotonic()
         metrics = self._update_metrics(batch, stats, version, start, trained, saved, idle)

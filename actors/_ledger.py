@@ -130,6 +130,19 @@ class LedgerSummary:
         return Counter(self.dropped.values())
 
 
+def newest_committed(run_dir: Path) -> int:
+    """The newest version whose checkpoint was committed: the newest complete checkpoint
+    (one with a DIGEST file) or metrics row, whichever is newer (older checkpoints may have
+    been pruned, and the row of each committed version reaches ``metrics.jsonl``)."""
+    checkpoints = [
+        int(p.name[1:])
+        for p in (run_dir / "checkpoints").glob("v[0-9]*")
+        if p.name[1:].isdigit() and (p / "DIGEST").exists()
+    ]
+    rows = [int(r["version"]) for r in read_lines(run_dir / "metrics.jsonl") if "version" in r]
+    return max([0, *checkpoints, *rows])
+
+
 def read_ledger(run_dir: Path) -> LedgerSummary:
     """Fold a run's ledger files and the learner's journal into a `LedgerSummary`."""
     from ._journal import TRAINED_JOURNAL
@@ -144,10 +157,13 @@ def read_ledger(run_dir: Path) -> LedgerSummary:
         for i in range(int(entry["episodes"])):
             out.issued[f"{entry['group']}-{i}"] = entry["task"]
     by_version: dict[int, list[str]] = {}
+    committed = newest_committed(run_dir)
     for entry in read_lines(run_dir / "checkpoints" / TRAINED_JOURNAL):
         # a version journaled again was trained again after its checkpoint was lost: the
-        # last entry is the one the surviving checkpoint holds
-        by_version[int(entry["version"])] = list(entry.get("episodes", []))
+        # last entry is the one the surviving checkpoint holds; one past the newest
+        # committed checkpoint never completed (its write failed, or is under way)
+        if int(entry["version"]) <= committed:
+            by_version[int(entry["version"])] = list(entry.get("episodes", []))
     seen: dict[str, list[int]] = {}
     for version in sorted(by_version):
         for episode in by_version[version]:

@@ -3,10 +3,12 @@ the write, and Ctrl-C drains on the first signal and aborts on the second."""
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import threading
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from agentrl.actors import LearnerActor
 from agentrl.actors import _learner as learner_module
 from agentrl.actors._checkpoint import METRICS_FILE, missing_rows
 from agentrl.actors._fakes import FakeBackend
+from agentrl.actors._ledger import read_ledger
+from agentrl.messages import Topology
 from agentrl.ops.run import disk
 from agentrl.ops.run.disk import DiskCheck
 from agentrl.ops.run.interrupt import ABORT_EXIT, Interrupts
@@ -26,7 +30,8 @@ def _learner(broker, spec, tmp_path, **kwargs):
     done = threading.Event()
     metrics: list[dict] = []
     ref = LearnerActor.start(
-        broker=broker, topology=spec, backend_factory=FakeBackend,
+        broker=broker, topology=spec,
+        backend_factory=kwargs.pop("backend_factory", FakeBackend),
         checkpoint_dir=tmp_path / "ckpt", start_version=0, group_size=2, groups_per_batch=1,
         hard_staleness=8, prefetch=64, pad_id=0, on_metrics=metrics.append, done=done,
         **kwargs,
@@ -102,6 +107,95 @@ def test_a_full_disk_stops_the_run_before_the_checkpoint(broker, spec, client, t
     assert done.wait(20)
     assert said == [line] and metrics == []
     assert not list((tmp_path / "ckpt").glob("*v0*"))  # nothing of the update written
+
+
+class _FillsTheDisk(FakeBackend):
+    """A backend whose checkpoint write runs out of space part way (as the writer says it)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def save(self, out_dir):
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.safetensors").write_bytes(b"cut sh")
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0"),
+        RuntimeError("PytorchStreamWriter failed writing file data/3: file write failed"),
+    ],
+    ids=["oserror", "torch-context", "torch"],
+)
+def test_a_disk_that_fills_during_the_checkpoint_stops_the_run_and_keeps_nothing_of_it(
+    broker, spec, client, tmp_path, error
+):
+    """Issue 50: the learner failed with the writer's raw error, stayed up, and the ledger
+    counted the unwritten version as trained. Now: one line, the run stops, no partial,
+    no journal entry, nothing acked (the episodes go back to the queue)."""
+    if "unexpected pos" in str(error):  # torch raises this one from the ENOSPC it met
+        error.__context__ = OSError(errno.ENOSPC, "No space left on device")
+    said: list[str] = []
+    ref, done, metrics = _learner(
+        broker, spec, tmp_path, backend_factory=lambda: _FillsTheDisk(error), on_fatal=said.append
+    )
+    _group(client, spec, "g1")
+    assert done.wait(20)
+    assert len(said) == 1 and said[0].startswith("disk full while writing checkpoint v1 (")
+    assert "--resume" in said[0] and "\n" not in said[0]
+    assert metrics == []
+    ckpt = tmp_path / "ckpt"
+    assert not [p for p in ckpt.iterdir() if p.name.startswith((".v", "v0"))]
+    journal = ckpt / "trained.jsonl"
+    assert not journal.exists() or journal.read_text() == ""
+    ref.stop()
+    names = Topology(spec.run)
+    wait_for(lambda: client.queue_depth(names.trajectories) == 2, what="the episodes requeued")
+
+
+def test_a_disk_error_that_is_not_a_full_disk_still_fails_the_learner(
+    broker, spec, client, tmp_path
+):
+    error = RuntimeError("a bug in the writer")
+    ref, _, _ = _learner(
+        broker, spec, tmp_path, backend_factory=lambda: _FillsTheDisk(error), on_fatal=None
+    )
+    _group(client, spec, "g1")
+    wait_for(lambda: not ref.is_alive(), what="the learner's failure")
+    assert not list((tmp_path / "ckpt").glob(".v*"))  # the partial is removed all the same
+
+
+def test_the_ledger_counts_no_version_past_the_newest_committed_checkpoint(tmp_path):
+    run_dir = tmp_path
+    ledger_dir = run_dir / "ledger"
+    ledger_dir.mkdir()
+    (ledger_dir / "issued.jsonl").write_text(
+        "".join(
+            json.dumps({"group": g, "task": "t", "index": 0, "episodes": 2, "version": 0}) + "\n"
+            for g in ("a", "b", "c")
+        )
+    )
+    ckpt = run_dir / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "trained.jsonl").write_text(
+        "".join(
+            json.dumps({"version": v, "groups": [g], "episodes": [f"{g}-0", f"{g}-1"]}) + "\n"
+            for v, g in ((1, "a"), (2, "b"), (3, "c"))
+        )
+    )
+    (ckpt / "v000002").mkdir()
+    (ckpt / "v000002" / "DIGEST").write_text("d\n")  # v1 pruned, v3's write failed
+    (ckpt / "v000003").mkdir()  # no DIGEST: not a checkpoint
+    summary = read_ledger(run_dir)
+    assert summary.trained == {"a-0": 1, "a-1": 1, "b-0": 2, "b-1": 2}
+    assert summary.open == ["c-0", "c-1"]
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"version": 3.0}) + "\n")
+    assert read_ledger(run_dir).trained["c-0"] == 3  # its row says v3 was committed
 
 
 Usage = namedtuple("Usage", "total used free")

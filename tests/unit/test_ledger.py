@@ -53,6 +53,7 @@ def test_the_ledger_folds_issued_trained_and_dropped(tmp_path):
             {"version": 3, "groups": ["g3", "gx"], "episodes": ["g3-1", "g1-0", "gx-0"]},
         ],
     )
+    _lines(tmp_path / "metrics.jsonl", [{"version": 3.0}])  # v3 committed: all count
     _lines(
         ledger / DROPPED_FILE,
         [
@@ -186,6 +187,7 @@ def test_the_ledger_command_prints_the_counts_and_fails_on_a_double_training(tmp
         run_dir / "checkpoints" / "trained.jsonl",
         [{"version": 1, "groups": ["g1"], "episodes": ["g1-0", "g1-1"]}],
     )
+    _lines(run_dir / "metrics.jsonl", [{"version": 1.0}, {"version": 2.0}])
     assert main(["ledger", "--run", "r", "--output-dir", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "2 groups, 4 episodes issued" in out and "trained       2 (into v1..v1)" in out
