@@ -159,6 +159,7 @@ def play_episode(
         if not finished:
             env.cancel(start.session)
     metrics["malformed_turns"] = float(malformed)
+    metrics["env/failed_attempts"] = float(req.attempt)  # earlier attempts lost to infra
     return trajectory(
         req,
         token_ids=ids,

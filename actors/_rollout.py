@@ -12,9 +12,20 @@ learner can complete the group with the surviving members. An instance the task
 cannot set up (`SampleError`, e.g. its init script fails) is not retried: a
 `task_error` trajectory with `sample_error = 1` is published, left out alike.
 
+In-process tasks run behind `GuardedEnvironment`: each of their calls is bounded by
+``env_timeout`` seconds, and a call that raises (not an `EnvError`), times out or
+returns a bad reward or schema is a `TaskFailure`, an infra failure of that episode
+like any other (retried, then given up). It is logged with the task and the exception
+class and counted in ``task_failures/<task>/<class>``. A task that keeps failing
+stops the run: when more than half of its last ``failure_window`` attempts failed,
+the actor logs one error line naming the task and its last failure, hands that line to
+``on_fatal`` and stops.
+
 Counters (`stats()`, sent with each heartbeat): episodes started and finished,
 infra retries, assistant turns, turns whose tool call was malformed
-(`malformed_turns`) and sessions lost on environment workers.
+(`malformed_turns`), sessions lost on environment workers, and the task failures
+by task and class. A trajectory's ``env/failed_attempts`` metric is how many earlier
+attempts of its episode failed (``env/<task>/failed_attempts`` in the learner's row).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -32,6 +44,7 @@ import pykka
 import structlog
 
 from agentrl.environments import ChatFormat, Environment, InfraError, SampleError
+from agentrl.environments._guard import GuardedEnvironment, TaskFailure
 from agentrl.environments._worker import RemoteEnvironment
 from agentrl.messages import (
     Delivery,
@@ -83,13 +96,18 @@ class RolloutActor(pykka.ThreadingActor):
         env_timeout: float = 120.0,
         on_episode: Callable[[Trajectory], None] | None = None,
         on_running: Callable[[int], None] | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        failure_window: int = 50,
     ) -> None:
         super().__init__()
         self._log = log.bind(role="rollout", actor=rollout_id)
         self._broker = broker
         self._spec = topology
         self._names = Topology(topology.run)
-        self._envs = dict(environments)
+        self._envs: dict[str, Environment] = {
+            task: GuardedEnvironment(task, env, timeout=env_timeout)
+            for task, env in environments.items()
+        }
         self._remote = tuple(remote_tasks)
         self._env_timeout = env_timeout
         self._episode_done = on_episode
@@ -97,6 +115,15 @@ class RolloutActor(pykka.ThreadingActor):
         self._on_running = on_running
         """Called with +1 when a worker takes an episode request, -1 when it is done with it
         (published, re-issued or left to the broker): the progress line's in flight."""
+        self._on_fatal = on_fatal
+        """Called once with the line that says why a task stopped the run."""
+        if failure_window < 1:
+            raise ValueError(f"failure_window must be >= 1, got {failure_window}")
+        self._window = failure_window
+        self._recent: dict[str, deque[bool]] = {}
+        """Task -> whether each of its last ``failure_window`` attempts failed."""
+        self._failures: Counter[tuple[str, str]] = Counter()
+        self._fatal = False
         self._fmt = chat_format
         self._pools = [p for p, w in pool_weights.items() if w > 0]
         self._weights = [pool_weights[p] for p in self._pools]
@@ -176,8 +203,9 @@ class RolloutActor(pykka.ThreadingActor):
     def stats(self) -> dict[str, int]:
         with self._counts_lock:
             counts = dict(self._counts)
+            failures = {f"task_failures/{t}/{k}": n for (t, k), n in self._failures.items()}
         lost = self._sessions.aborted if self._sessions is not None else 0
-        return {**counts, "sessions_lost": lost}
+        return {**counts, "sessions_lost": lost, **failures}
 
     # --- I/O thread: hand the delivery to a worker ---------------------------------------
 
@@ -252,11 +280,16 @@ class RolloutActor(pykka.ThreadingActor):
             raise
         except (InfraFailure, InfraError) as exc:
             self._bump("infra_retries")
+            kind = exc.kind if isinstance(exc, TaskFailure) else type(exc).__name__
+            if isinstance(exc, TaskFailure):
+                self._attempt(req.task, failed=True, kind=kind, error=str(exc))
             if req.attempt + 1 < self._limits.max_attempts:
                 self._log.warning(
                     "infra failure; episode re-issued",
                     episode=req.episode_id,
                     task=req.task,
+                    kind=kind,
+                    attempt=req.attempt + 1,
                     error=str(exc),
                 )
                 retry = replace(req, attempt=req.attempt + 1)
@@ -264,7 +297,11 @@ class RolloutActor(pykka.ThreadingActor):
                 delivery.ack()
                 return
             self._log.error(
-                "infra failure; episode given up", episode=req.episode_id, error=str(exc)
+                "infra failure; episode given up",
+                episode=req.episode_id,
+                task=req.task,
+                kind=kind,
+                error=str(exc),
             )
             traj = infra_trajectory(req, self._limits.penalty)
         except SampleError as exc:  # the task cannot set this instance up: not retried
@@ -284,6 +321,28 @@ class RolloutActor(pykka.ThreadingActor):
             self._episode_done(traj)
         delivery.ack()
         self._bump("finished")
+
+    def _attempt(self, task: str, *, failed: bool, kind: str = "", error: str = "") -> None:
+        """Book one attempt of ``task``; stop the run when the task keeps failing (module
+        doc): one error line, ``on_fatal``, then this actor stops."""
+        with self._counts_lock:
+            recent = self._recent.setdefault(task, deque(maxlen=self._window))
+            recent.append(failed)
+            if failed:
+                self._failures[(task, kind)] += 1
+            failing = sum(recent)
+            fatal = failed and failing > self._window // 2 and not self._fatal
+            self._fatal = self._fatal or fatal
+        if not fatal:
+            return
+        line = (
+            f"task {task!r} keeps failing ({failing} of its last {len(recent)} attempts); "
+            f"last: {error}"
+        )
+        self._log.error("task keeps failing; run stopped", task=task, reason=line)
+        if self._on_fatal is not None:
+            self._on_fatal(line)
+        self.actor_ref.stop(block=False)
 
     def _publish(self, exchange: str, key: str, payload) -> None:
         self._transport.publish(exchange, key, encode(payload, run=self._spec.run)).result()
@@ -307,6 +366,8 @@ class RolloutActor(pykka.ThreadingActor):
             return pool, self._generate(req, pool, ids, max_new)
 
         traj = play_episode(req, env, start, self._fmt, self._limits, sample)
+        if isinstance(env, GuardedEnvironment):
+            self._attempt(req.task, failed=False)
         self._bump("turns", traj.num_turns)
         self._bump("malformed_turns", int(traj.metrics["malformed_turns"]))
         return traj

@@ -45,6 +45,7 @@ from agentrl.environments._protocol import (
     Step,
     UnknownTask,
     session_tools,
+    tool_schema_problems,
 )
 from agentrl.environments._random_agent import random_turn
 from agentrl.environments._registry import make_task
@@ -143,38 +144,6 @@ def conformance(
         _play(env, rng.randrange(count), rng, max_turns, report)
     _check_split(name, options, instances, report)
     return report
-
-
-def tool_schema_problems(tools: Any) -> list[str]:
-    """Why ``tools`` is not a list of OpenAI function schemas (empty when it is)."""
-    if not isinstance(tools, list):
-        return [f"must be a list of schemas, got {type(tools).__name__}"]
-    problems, names = [], set()
-    for n, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not function:
-            problems.append(f"tool {n}: not {{'type': 'function', 'function': {{...}}}}")
-            continue
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            problems.append(f"tool {n}: function.name must be a non-empty string")
-        elif name in names:
-            problems.append(f"tool {name!r}: the name is used twice")
-        names.add(name)
-        if not isinstance(function.get("description"), str):
-            problems.append(f"tool {name!r}: function.description must be a string")
-        params = function.get("parameters")
-        if not isinstance(params, dict) or params.get("type") != "object":
-            problems.append(f"tool {name!r}: parameters must be a JSON schema of type object")
-            continue
-        properties = params.get("properties", {})
-        if not isinstance(properties, dict):
-            problems.append(f"tool {name!r}: parameters.properties must be an object")
-            continue
-        missing = [k for k in params.get("required", []) if k not in properties]
-        if missing:
-            problems.append(f"tool {name!r}: required {missing} not among its properties")
-    return problems
 
 
 def _check_start(env: Environment, index: int, report: ConformanceReport) -> None:

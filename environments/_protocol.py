@@ -10,6 +10,7 @@ a fresh environment) and for caller mistakes.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,8 +28,13 @@ __all__ = [
     "Step",
     "TaskOptionsError",
     "UnknownTask",
+    "reward_range",
     "session_tools",
+    "tool_schema_problems",
 ]
+
+DEFAULT_REWARD_RANGE = (0.0, 1.0)
+"""The rewards a task's finishing step may give unless the task declares ``reward_range``."""
 
 
 class Status(enum.StrEnum):
@@ -70,6 +76,52 @@ class Start:
 def session_tools(env: Environment, start: Start) -> list[dict]:
     """The tool schemas of a started session: its own, else the environment's."""
     return list(env.tools) if start.tools is None else list(start.tools)
+
+
+def reward_range(env: Any) -> tuple[float, float]:
+    """The rewards ``env`` declares for its finishing steps: its ``reward_range`` attribute
+    ``(low, high)``, else [0, 1]. Raises TaskOptionsError for a declaration that is not two
+    finite numbers with ``low <= high``."""
+    declared = getattr(env, "reward_range", DEFAULT_REWARD_RANGE)
+    try:
+        low, high = (float(x) for x in declared)
+    except (TypeError, ValueError):
+        raise TaskOptionsError(f"reward_range {declared!r} is not (low, high)") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise TaskOptionsError(f"reward_range {declared!r} is not finite low <= high")
+    return low, high
+
+
+def tool_schema_problems(tools: Any) -> list[str]:
+    """Why ``tools`` is not a list of OpenAI function schemas (empty when it is)."""
+    if not isinstance(tools, list):
+        return [f"must be a list of schemas, got {type(tools).__name__}"]
+    problems, names = [], set()
+    for n, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not function:
+            problems.append(f"tool {n}: not {{'type': 'function', 'function': {{...}}}}")
+            continue
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(f"tool {n}: function.name must be a non-empty string")
+        elif name in names:
+            problems.append(f"tool {name!r}: the name is used twice")
+        names.add(name)
+        if not isinstance(function.get("description"), str):
+            problems.append(f"tool {name!r}: function.description must be a string")
+        params = function.get("parameters")
+        if not isinstance(params, dict) or params.get("type") != "object":
+            problems.append(f"tool {name!r}: parameters must be a JSON schema of type object")
+            continue
+        properties = params.get("properties", {})
+        if not isinstance(properties, dict):
+            problems.append(f"tool {name!r}: parameters.properties must be an object")
+            continue
+        missing = [k for k in params.get("required", []) if k not in properties]
+        if missing:
+            problems.append(f"tool {name!r}: required {missing} not among its properties")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)

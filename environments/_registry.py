@@ -24,7 +24,13 @@ from agentrl.environments._locate import (
     find_entry_point,
     load_import_path,
 )
-from agentrl.environments._protocol import Environment, TaskOptionsError, UnknownTask
+from agentrl.environments._protocol import (
+    Environment,
+    TaskOptionsError,
+    UnknownTask,
+    reward_range,
+    tool_schema_problems,
+)
 
 __all__ = [
     "check_task",
@@ -83,9 +89,14 @@ def make_task(name: str, **options: Any) -> Environment:
     to ``variant`` (``bfcl:multiple`` is ``bfcl`` with ``category="multiple"``). Every task
     with an oracle check agent also takes ``demo: true|N`` (a solved example of N oracle
     steps on another instance in front of each prompt, see `_demo`).
+
+    The built environment's ``tools`` must be OpenAI function schemas
+    (`tool_schema_problems`) and its ``reward_range``, where it declares one, two finite
+    numbers: else TaskOptionsError, one line naming the task and the first problem.
     """
     factory, options, demo = _bind(name, options)
     env = factory(**options)
+    _check_built(name, env)
     if demo:
         from agentrl.environments._demo import with_demo
 
@@ -94,6 +105,18 @@ def make_task(name: str, **options: Any) -> Environment:
         except ValueError as exc:
             raise TaskOptionsError(f"task {name!r}: {exc}") from exc
     return env
+
+
+def _check_built(name: str, env: Environment) -> None:
+    """Refuse a built task whose tool schemas or declared reward range are unusable."""
+    problems = tool_schema_problems(env.tools)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise TaskOptionsError(f"task {name!r}: invalid tool schema: {problems[0]}{more}")
+    try:
+        reward_range(env)
+    except TaskOptionsError as exc:
+        raise TaskOptionsError(f"task {name!r}: {exc}") from None
 
 
 def check_task(name: str, options: dict[str, Any]) -> None:

@@ -190,6 +190,8 @@ def _check_semantics(cfg: RunConfig, problems: list[str]) -> None:
         )
     if not 0 < r.top_p <= 1:
         problems.append("rollout.top_p: must be in (0, 1]")
+    if r.task_timeout <= 0 or r.failure_window < 1:
+        problems.append("rollout.task_timeout: must be > 0; rollout.failure_window: >= 1")
     if s.max < 0:
         problems.append("staleness.max: must be >= 0")
     if s.hard < s.max:

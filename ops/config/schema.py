@@ -106,6 +106,12 @@ class RolloutConfig:
     """Reward of any episode that does not end `completed`."""
     generate_timeout: float = 600.0
     """Seconds to wait for a sampler reply before the turn is an infra failure."""
+    task_timeout: float = 120.0
+    """Seconds one call into a task (start, interact, cancel) may take before the episode is
+    an infra failure; a stuck in-process call is abandoned on a daemon thread."""
+    failure_window: int = 50
+    """A task stops the run when more than half of its last ``failure_window`` attempts
+    failed (raised, timed out, broke the contract)."""
 
 
 @dataclass(frozen=True)

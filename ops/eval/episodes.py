@@ -108,6 +108,9 @@ def run_episodes(
                 concurrency=concurrency,
                 rollout_id="eval-rollout",
                 seed=seed,
+                # a task that fails most of its attempts ends the evaluation, said in one line
+                on_fatal=lambda line: failures.setdefault("rollout", RuntimeError(line)),
+                failure_window=10,
             )
         )
         sent = [transport.publish("", names.episodes, encode(r, run=spec.run)) for r in requests]

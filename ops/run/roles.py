@@ -218,7 +218,14 @@ def controller_args(
 
 
 def rollout_args(
-    cfg: RunConfig, spec: TopologySpec, tokenizer, i: int, *, node: str, tally: EpisodeTally
+    cfg: RunConfig,
+    spec: TopologySpec,
+    tokenizer,
+    i: int,
+    *,
+    node: str,
+    tally: EpisodeTally,
+    on_fatal=None,
 ) -> dict:
     """Rollout worker `i`'s `RolloutActor` arguments: the local tasks' environments, the
     episode limits; its episodes are counted in `tally` (the progress line)."""
@@ -245,6 +252,9 @@ def rollout_args(
         rollout_id=f"rollout-{node}-{i}",
         on_episode=tally.add,
         on_running=tally.running,
+        on_fatal=on_fatal,
+        env_timeout=r.task_timeout,
+        failure_window=r.failure_window,
         node=node,
         seed=cfg.seed + i,
     )

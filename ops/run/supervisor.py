@@ -222,7 +222,9 @@ class Supervisor:
                 self._spawn(
                     f"rollout-{i}",
                     RolloutActor,
-                    **rollout_args(cfg, spec, tokenizer, i, node=self.node, tally=tally),
+                    **rollout_args(
+                        cfg, spec, tokenizer, i, node=self.node, tally=tally, on_fatal=self._fatal
+                    ),
                 )
         status = connect(cfg.broker, name=f"{cfg.run}-{self.node}-status")
         declare(status, spec)  # the control exchange may not exist yet (idempotent)
@@ -295,7 +297,7 @@ class Supervisor:
         return self._backend
 
     def _fatal(self, reason: str) -> None:
-        """The learner stopped the run for good (actor thread): said once more at the end."""
+        """An actor stopped the run for good (its thread): said once more at the end."""
         self.fatal = reason
 
     def _first_version(self) -> int:
