@@ -3,13 +3,13 @@
 The server runs AgentBench's SQL in its own dialect (backquoted names, ``\\'`` escapes,
 MySQL functions). Each session creates a database ``agentrl_<random>`` and drops it on
 ``close``. The model's statements run as an account made for the session (the same name,
-privileges on its own database only, dropped with it), so a session cannot read or drop
-another's, nor reach files (no FILE privilege, no ``LOCAL INFILE`` on the client); the
-URL's account needs CREATE USER, GRANT, PROCESS-free KILL of its own sessions' queries
-(it owns none of them: root, or an account with CONNECTION ADMIN/SUPER). The session's
-``sql_mode`` drops the STRICT modes: AgentBench's labels were made on a server where
-``UPDATE ... WHERE text_column = 16`` changes the rows that compare equal instead of
-failing on the ones that are not numbers.
+`SESSION_PRIVILEGES` on its own database only, dropped with it), so a session cannot read
+or drop another's, nor reach files (no FILE privilege, no ``LOCAL INFILE`` on the client);
+the URL's account needs CREATE USER, GRANT, PROCESS (to read table file sizes) and KILL of
+its sessions' queries (it owns none of them: root, or an account with CONNECTION
+ADMIN/SUPER). The session's ``sql_mode`` drops the STRICT modes: AgentBench's labels were
+made on a server where ``UPDATE ... WHERE text_column = 16`` changes the rows that compare
+equal instead of failing on the ones that are not numbers.
 
 Limits the model cannot lift:
 
@@ -19,6 +19,20 @@ Limits the model cannot lift:
   watchdog ends any statement still running a second later with ``KILL QUERY`` from the
   session's admin connection, and the client's read timeout ends a wait on a server that
   does not answer even that.
+- files: ``DATA DIRECTORY``/``INDEX DIRECTORY`` need no privilege on MariaDB, so the
+  session's ``sql_mode`` holds ``NO_DIR_IN_CREATE`` (the server ignores both, in CREATE and
+  ALTER, for tables and partitions) and statements that could change it are refused before
+  they reach the server (`vet`: naming ``sql_mode``, or dynamic SQL, ``PREPARE``/
+  ``EXECUTE [IMMEDIATE]``, which could hide the name). Table files stay in the server's
+  data directory.
+- disk: the session's table files (InnoDB tablespaces, other engines' data and index)
+  may hold ``max_db_bytes``; their size is read every `DISK_POLL` seconds while a statement
+  runs and once after it, and a statement past the bound is killed and ends the episode
+  (`DatabaseFull`). A statement writes at most what the server writes in `DISK_POLL`
+  seconds past the bound before it is killed (a few MB).
+- no background work: no EVENT, TRIGGER, CREATE ROUTINE or CREATE TEMPORARY TABLES
+  privilege, so nothing runs outside the statement the watchdog watches, and no table lives
+  outside the database measured.
 - rows: only the rows an observation can show are read (`tasks.db.shown`); the statement
   is then ended (``KILL QUERY``) instead of read to its end.
 - leftovers: a session holds the server lock ``GET_LOCK('<its name>')`` on its admin
@@ -36,6 +50,7 @@ from __future__ import annotations
 import re
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +60,7 @@ import structlog
 from agentrl.environments._protocol import InfraError
 from agentrl.environments.tasks.db.database import (
     DATABASE_PREFIX,
+    DatabaseFull,
     DatabaseSpec,
     StatementError,
     as_written,
@@ -52,7 +68,8 @@ from agentrl.environments.tasks.db.database import (
 )
 from agentrl.environments.tasks.db.shown import read_rows
 
-__all__ = ["KILL_GRACE", "MySQLDatabase", "sweep_leftovers"]
+__all__ = ["DISK_POLL", "KILL_GRACE", "SESSION_PRIVILEGES", "MySQLDatabase", "sweep_leftovers",
+           "vet"]  # fmt: skip
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +77,15 @@ KILL_GRACE = 1.0
 """Seconds past ``statement_timeout`` before the watchdog kills a statement."""
 READ_GRACE = 10.0
 """Seconds past ``statement_timeout`` before the client stops waiting for the server."""
+DISK_POLL = 0.25
+"""Seconds between two readings of a session's table file sizes while a statement runs."""
+SESSION_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES, "
+                      "CREATE VIEW, SHOW VIEW")  # fmt: skip
+"""What a session's account may do in its database: read and change tables and views."""
+_NO_DIR = "NO_DIR_IN_CREATE"
+_REFUSED = re.compile(r"sql_mode|\b(?:prepare|execute)\b", re.IGNORECASE)
+"""Text that could change the session's ``sql_mode``: its name, or dynamic SQL (module doc).
+Matched anywhere, comments and strings included: MariaDB runs ``/*! ... */`` comments."""
 SESSION_NAME = re.compile(re.escape(DATABASE_PREFIX) + r"[0-9a-f]{16}")
 """The name of a session's database and account (nothing else is swept)."""
 
@@ -106,30 +132,53 @@ def sweep_leftovers(conn) -> list[str]:
     return dropped
 
 
+def vet(sql: str) -> None:
+    """Raise `StatementError` for a statement that could change the session's ``sql_mode``."""
+    if _REFUSED.search(sql):
+        raise StatementError(
+            "sql_mode, PREPARE and EXECUTE are not available: the session's SQL mode is fixed"
+        )
+
+
 class _Watchdog:
-    """Calls ``kill`` once after ``seconds`` unless stopped first."""
+    """Calls ``kill`` once, after ``seconds`` ("time") or when ``full()`` says so, read every
+    `DISK_POLL` seconds ("disk"), unless stopped first."""
 
-    def __init__(self, kill, seconds: float) -> None:
+    def __init__(self, kill, seconds: float, full) -> None:
         self._lock = threading.Lock()
-        self._done = False
-        self.fired = False
+        self._stopped = threading.Event()
+        self.fired: str | None = None
         self._kill = kill
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._full = full
+        self._deadline = time.monotonic() + seconds
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
 
-    def _fire(self) -> None:
-        with self._lock:  # stop() waits for a kill under way, so it ends this statement
-            if self._done:
+    def _watch(self) -> None:
+        while not self._stopped.wait(min(DISK_POLL, max(0.0, self._deadline - time.monotonic()))):
+            if time.monotonic() >= self._deadline:
+                self._fire("time")
                 return
-            self.fired = True
+            try:
+                full = self._full()
+            except InfraError as exc:  # the time limit still holds; the next reading may work
+                log.warning("db: could not read a database's size", error=str(exc))
+                continue
+            if full:
+                self._fire("disk")
+                return
+
+    def _fire(self, why: str) -> None:
+        with self._lock:  # stop() waits for a kill under way, so it ends this statement
+            if self._stopped.is_set():
+                return
+            self.fired = why
             self._kill()
 
-    def stop(self) -> bool:
-        """Stop watching; whether the statement was killed."""
-        self._timer.cancel()
+    def stop(self) -> str | None:
+        """Stop watching; why the statement was killed, if it was."""
         with self._lock:
-            self._done = True
+            self._stopped.set()
             return self.fired
 
 
@@ -153,6 +202,8 @@ class MySQLDatabase:
         self._admin_lock = threading.Lock()
         self._closed = False
         self._conn = None
+        self._monitor = None
+        self._monitor_lock = threading.Lock()
         self._user_made = False
         self._password = secrets.token_hex(16)
         self._admin = self._connect(spec.user, spec.password)
@@ -164,7 +215,11 @@ class MySQLDatabase:
             # one session cannot read or drop another's (the admin account could).
             self._server_call(f"CREATE USER '{self._name}'@'%' IDENTIFIED BY '{self._password}'")
             self._user_made = True
-            self._server_call(f"GRANT ALL PRIVILEGES ON {_bq(self._name)}.* TO '{self._name}'@'%'")
+            self._server_call(
+                f"GRANT {SESSION_PRIVILEGES} ON {_bq(self._name)}.* TO '{self._name}'@'%'"
+            )
+            self._monitor = self._connect(spec.user, spec.password)
+            self._server_call("SET SESSION lock_wait_timeout = 1", self._monitor)
             self._open_session()
         except BaseException:
             self.close()  # drops what was made, closes the connections
@@ -227,8 +282,9 @@ class MySQLDatabase:
         else:
             limit = f"SET SESSION max_execution_time = {int(seconds * 1000)}"
         self._server_call(limit, self._conn)
-        lenient = ",".join(m for m in mode.split(",") if m and not m.startswith("STRICT_"))
-        self._server_call(f"SET SESSION sql_mode = '{lenient}'", self._conn)
+        modes = [m for m in mode.split(",") if m and not m.startswith("STRICT_")]
+        modes += [] if _NO_DIR in modes else [_NO_DIR]
+        self._server_call(f"SET SESSION sql_mode = '{','.join(modes)}'", self._conn)
 
     def _server_call(self, sql: str, conn=None) -> None:
         """A statement of ours (on the admin connection unless ``conn``): any failure
@@ -252,6 +308,25 @@ class MySQLDatabase:
             # The client's read timeout still ends the wait; say why it had to.
             log.warning("db: KILL QUERY failed", database=self._name, error=str(exc))
 
+    def _bytes(self) -> int:
+        """The size of the session's table files (on the monitor connection, so that a
+        reading held up by the model's statement never holds up a kill)."""
+        sql = (
+            "SELECT (SELECT COALESCE(SUM(FILE_SIZE), 0)"
+            " FROM information_schema.INNODB_SYS_TABLESPACES WHERE NAME LIKE %s)"
+            " + (SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0)"
+            " FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND ENGINE <> 'InnoDB')"
+        )
+        try:
+            with self._monitor_lock, self._monitor.cursor() as cursor:
+                cursor.execute(sql, (self._name + "/%", self._name))
+                return int(cursor.fetchone()[0])
+        except self._pymysql.err.MySQLError as exc:
+            raise InfraError(f"db: the MySQL server failed to measure a database: {exc}") from exc
+
+    def _full(self) -> bool:
+        return self._bytes() > self._spec.max_db_bytes
+
     def _run(self, sql: str, max_chars: int | None = None) -> list[tuple]:
         err = self._pymysql.err
         with self._lock:
@@ -259,7 +334,7 @@ class MySQLDatabase:
                 raise StatementError("the database is closed")
             thread_id = self._conn.thread_id()
             watchdog = _Watchdog(
-                lambda: self._kill(thread_id), self._spec.statement_timeout + KILL_GRACE
+                lambda: self._kill(thread_id), self._spec.statement_timeout + KILL_GRACE, self._full
             )
             cut = False
             try:
@@ -282,19 +357,24 @@ class MySQLDatabase:
                         if not cut or exc.args[0] != 1317:  # 1317: the kill of the cut
                             raise
             except (err.OperationalError, err.InterfaceError) as exc:
-                if watchdog.stop():
-                    raise self._over_time() from exc
+                if why := watchdog.stop():
+                    raise self._over(why) from exc
                 if _lost(exc):
                     raise self._relink(exc) from exc
                 raise StatementError(str(exc)) from exc
             except (err.MySQLError, UnicodeEncodeError) as exc:  # a lone surrogate too
                 watchdog.stop()
                 raise StatementError(str(exc)) from exc
-            if watchdog.stop():
-                raise self._over_time()  # killed, yet it answered (BENCHMARK does)
+            if why := watchdog.stop():
+                raise self._over(why)  # killed, yet it answered (BENCHMARK does)
+            if self._full():
+                raise self._over("disk")
             return rows
 
-    def _over_time(self) -> StatementError:
+    def _over(self, why: str) -> StatementError:
+        if why == "disk":
+            limit = self._spec.max_db_bytes >> 20
+            return DatabaseFull(f"the database may hold at most {limit} MiB")
         return StatementError(f"the statement ran over {self._spec.statement_timeout:g} s")
 
     def _relink(self, exc: Exception) -> Exception:
@@ -311,6 +391,7 @@ class MySQLDatabase:
 
     def execute(self, sql: str, *, max_chars: int | None = None) -> list[tuple]:
         # The model's text goes in as it is: ``%`` is not a placeholder without args.
+        vet(sql)
         return self._run(sql.strip(), max_chars)
 
     def text_rows(self, table: str, columns: Sequence[str]) -> list[tuple]:
@@ -335,8 +416,9 @@ class MySQLDatabase:
             if self._closed:
                 return
             self._closed = True
-        if self._conn is not None:
-            self._conn.close()
+        for conn in (self._conn, self._monitor):
+            if conn is not None and conn.open:
+                conn.close()
         drops = [f"DROP DATABASE IF EXISTS {_bq(self._name)}"]
         if self._user_made:
             drops.append(f"DROP USER IF EXISTS '{self._name}'@'%'")

@@ -19,7 +19,12 @@ table of a question needs:
   (``hard_heap_limit``, every session of the process together);
 - bounded time: ``statement_timeout`` covers running the statement and reading its rows
   (a progress handler interrupts it); only the rows an observation can show are read
-  (`tasks.db.shown`).
+  (`tasks.db.shown`). SQLite calls the progress handler between steps of its program, not
+  during a comparison or a sort of a batch of rows, so the collation, the only Python code a
+  statement runs, holds the limit itself: past the deadline it interrupts the statement and
+  answers at once without folding, and before it each call folds at most `FOLDED_CHARS`
+  characters of each text (`mysql_collation`). No call holds the interpreter long, so a
+  statement of one session cannot starve another session of the same worker.
 
 A statement that hits a limit is a `StatementError` naming it.
 """
@@ -42,10 +47,16 @@ from agentrl.environments.tasks.db.database import (
 from agentrl.environments.tasks.db.dialect import to_sqlite
 from agentrl.environments.tasks.db.shown import read_rows
 
-__all__ = ["COLLATION", "SQLiteDatabase", "mysql_collation"]
+__all__ = ["COLLATION", "FOLDED_CHARS", "SQLiteDatabase", "mysql_collation"]
 
 COLLATION = "agentbench"
 """The collation of every SQLite text column (`mysql_collation`)."""
+
+FOLDED_CHARS = 1024
+"""How many leading characters of a text `mysql_collation` compares without regard to case
+or accents; the rest is compared as written. AgentBench's values are far shorter (269
+characters at most in ``dev.jsonl``), so they compare exactly as MySQL's collation would;
+the bound keeps one comparison of megabyte texts to microseconds."""
 
 _ALLOWED = {
     sqlite3.SQLITE_SELECT,
@@ -90,8 +101,12 @@ def _fold(text: str) -> str:
 
 def mysql_collation(a: str, b: str) -> int:
     """Order two texts without regard to case or accents (-1, 0, 1), as MySQL's
-    ``utf8mb4_0900_ai_ci`` does for the letters it folds."""
-    x, y = _fold(a), _fold(b)
+    ``utf8mb4_0900_ai_ci`` does for the letters it folds, in their first `FOLDED_CHARS`
+    characters; texts that fold alike there are ordered by the rest as written (a total
+    order still, so sorts and indexes stay consistent)."""
+    x, y = _fold(a[:FOLDED_CHARS]), _fold(b[:FOLDED_CHARS])
+    if x == y and (len(a) > FOLDED_CHARS or len(b) > FOLDED_CHARS):
+        x, y = a[FOLDED_CHARS:], b[FOLDED_CHARS:]
     return (x > y) - (x < y)
 
 
@@ -135,7 +150,7 @@ class SQLiteDatabase:
         self._deadline = float("inf")
         _limit_heap(spec.max_memory_bytes)
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.create_collation(COLLATION, mysql_collation)
+        self._db.create_collation(COLLATION, self._collate)
         self._db.set_progress_handler(lambda: time.monotonic() > self._deadline, 10_000)
         self._db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, spec.max_value_bytes)
@@ -153,6 +168,14 @@ class SQLiteDatabase:
             self._db.close()
             raise StatementError(self._explain(exc)) from exc
         self._db.set_authorizer(_authorize)
+
+    def _collate(self, a: str, b: str) -> int:
+        """`mysql_collation` until the statement's deadline; past it, interrupt the
+        statement and answer at once (the statement fails, its order no longer matters)."""
+        if time.monotonic() > self._deadline:
+            self._db.interrupt()
+            return 0
+        return mysql_collation(a, b)
 
     def _explain(self, exc: BaseException) -> str:
         """The observation for a failed statement: the limit it hit, else SQLite's text."""

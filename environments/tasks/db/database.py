@@ -19,6 +19,7 @@ __all__ = [
     "DATABASE_PREFIX",
     "DEFAULT_LIMITS",
     "Database",
+    "DatabaseFull",
     "DatabaseSpec",
     "StatementError",
     "as_written",
@@ -38,6 +39,11 @@ DEFAULT_LIMITS = {"max_value_bytes": 1 << 20, "max_db_bytes": 64 << 20,
 class StatementError(EnvError):
     """Raised when a statement fails on the database, or hits a limit (its message is
     shown to the model)."""
+
+
+class DatabaseFull(StatementError):
+    """Raised when a statement made the session's database larger than ``max_db_bytes``
+    on a server (the task ends the episode: the server's disk is shared)."""
 
 
 class Database(Protocol):
@@ -75,7 +81,8 @@ class DatabaseSpec:
     max_value_bytes: int = DEFAULT_LIMITS["max_value_bytes"]
     """SQLite: the longest text or blob a statement may make (``SQLITE_LIMIT_LENGTH``)."""
     max_db_bytes: int = DEFAULT_LIMITS["max_db_bytes"]
-    """SQLite: the most a session's database may hold (``max_page_count``)."""
+    """The most a session's database may hold: SQLite's ``max_page_count``; on a server,
+    the size of its table files, watched while each statement runs (`DatabaseFull`)."""
     max_memory_bytes: int = DEFAULT_LIMITS["max_memory_bytes"]
     """SQLite: the most memory SQLite may allocate in the process, every session of it
     together (``hard_heap_limit``)."""

@@ -38,8 +38,9 @@ data problem, reported by ``agentrl-env check``).
 
 Limits (`tasks.db.backend`; docs/tasks.md): ``statement_timeout`` (seconds a statement
 may run, its rows read included, on either backend, whatever the session sets),
-``max_value_bytes``, ``max_db_bytes``, ``max_memory_bytes`` (SQLite); hitting one is an
-error observation.
+``max_value_bytes``, ``max_memory_bytes`` (SQLite), ``max_db_bytes`` (both); hitting one is
+an error observation, but a server's database over ``max_db_bytes`` ends the episode with
+reward 0 (`DatabaseFull`).
 
 Options: ``data=PATH`` reads a dbbench JSONL file (the full AgentBench
 ``dev.jsonl`` works; default the built-in ``data/db_builtin.jsonl``); ``split``
@@ -71,7 +72,7 @@ from agentrl.environments.tasks.db.backend import (
     open_database,
     parse_database_url,
 )
-from agentrl.environments.tasks.db.database import DEFAULT_LIMITS
+from agentrl.environments.tasks.db.database import DEFAULT_LIMITS, DatabaseFull
 from agentrl.environments.tasks.db.items import (
     FULL_LEVEL,
     MUTATIONS,
@@ -280,7 +281,11 @@ class DBTask:
                 session.bad_calls += 1
                 replies.append(tool_reply(call, BAD_ARGUMENTS))
             elif call.name == "execute_sql":
-                replies.append(tool_reply(call, self._execute(session, value)))
+                try:
+                    replies.append(tool_reply(call, self._execute(session, value)))
+                except DatabaseFull as exc:
+                    replies.append(tool_reply(call, f"error: {exc}"))
+                    return self._end(session, Status.COMPLETED, "database full", replies)
             elif value and not isinstance(value, (str, list)):
                 return self._end(session, Status.COMPLETED, "answers not text nor a list", replies)
             else:
@@ -295,6 +300,9 @@ class DBTask:
         session.statements += 1
         try:
             return _show(session.db.execute(sql, max_chars=SHOWN_CHARS))
+        except DatabaseFull:
+            session.errors += 1
+            raise
         except StatementError as exc:
             session.errors += 1
             return f"error: {exc}"
