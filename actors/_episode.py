@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,26 @@ class EpisodeLimits:
     """Seconds to wait for a sampler before the turn counts as an infra failure."""
     max_attempts: int = 3
     """Infra failures tolerated per episode before it is given up as `task_error`."""
+
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_dropped_metrics(task: str, metrics: dict) -> None:
+    """Say once per task and key that a task metric outside ``env/`` is not reported (the
+    learner aggregates only ``env/<name>`` keys, as ``env/<task>/<name>``; ``success``, which
+    decides an episode's success when given, is read too)."""
+    for key in metrics:
+        if isinstance(key, str) and (key.startswith("env/") or key == "success"):
+            continue
+        with _warned_lock:
+            if (task, str(key)) in _warned:
+                continue
+            _warned.add((task, str(key)))
+        log.warning(
+            "task metric dropped: only env/<name> keys are reported", task=task, key=str(key)
+        )
 
 
 class InfraFailure(Exception):
@@ -145,6 +166,7 @@ def play_episode(
             history.append(message)
             step = env.interact(start.session, message)
             metrics = dict(step.metrics)
+            _warn_dropped_metrics(req.task, metrics)
             if step.finish:
                 status, env_reward, finished = Status(step.status), step.reward, True
                 break

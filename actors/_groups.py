@@ -10,6 +10,10 @@ dropped whole, complete or not, when
 - it has been incomplete for longer than `group_timeout` seconds since its first
   member arrived (a member lost for good must not hold the rest forever): `timeout`;
 - it is complete with fewer than 2 trainable members: `too_few_members`;
+- it is complete and a trainable member's reward or a sampled token's logprob is not a
+  finite number, or its GRPO advantages computed as the trainer does (float32) are not
+  finite (rewards near the float32 limit): `non_finite`. Defence in depth behind the
+  rollout's and the endpoint's reward checks: no NaN or infinity reaches an update;
 - with ``drop_flat_groups`` (``learner.drop_flat_groups``, DAPO's dynamic sampling), it
   is complete and its trainable members' rewards are all equal: `no_spread`. Its GRPO
   advantage is exactly 0, so training it would cost a forward/backward for the KL term
@@ -28,12 +32,16 @@ their totals continue from the ledger after a restart.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from agentrl.messages import Delivery, Trajectory
+from agentrl.trainer import group_advantages
 
 from ._ledger import DROPPED_FILE, append_lines, read_lines
 from ._metrics import has_spread, is_success
@@ -46,13 +54,28 @@ __all__ = [
     "Group",
     "GroupBuffer",
     "is_untrained",
+    "non_finite",
 ]
 
-DROP_REASONS = ("stale", "timeout", "too_few_members", "no_spread")
+DROP_REASONS = ("stale", "timeout", "too_few_members", "no_spread", "non_finite")
 """Why a group is dropped (`learner/groups_dropped_total/<reason>`, module doc)."""
 
 _REMEMBERED_DROPS = 10_000
 """Dropped group ids remembered so that their late members are acked on arrival."""
+
+
+def non_finite(members: list[Trajectory]) -> bool:
+    """True when training ``members`` (one group's trainable ones) would put a NaN or an
+    infinity into the update: a reward or a sampled token's logprob that is not a finite
+    number, or a group advantage that is not finite in float32 (module doc)."""
+    for t in members:
+        if not isinstance(t.reward, int | float) or not math.isfinite(t.reward):
+            return True
+        if not all(math.isfinite(lp) for lp, m in zip(t.logprobs, t.loss_mask, strict=False) if m):
+            return True
+    rewards = torch.tensor([float(t.reward) for t in members], dtype=torch.float32)
+    advantages = group_advantages(rewards, torch.zeros(len(members), dtype=torch.long))
+    return not bool(torch.isfinite(advantages).all() and torch.isfinite(rewards).all())
 
 
 def is_untrained(t: Trajectory) -> bool:
@@ -247,7 +270,8 @@ class GroupBuffer:
 
     def prune(self, version: int) -> int:
         """Drop every complete group that may never train (stale, fewer than 2 trainable
-        members, and with ``drop_flat_groups`` no reward spread); how many. The learner
+        members, a value that is not finite, and with ``drop_flat_groups`` no reward
+        spread); how many. The learner
         calls it on each arrival while an update runs, so these drops reach the controller's
         window at once rather than after the update."""
         dropped = 0
@@ -256,6 +280,8 @@ class GroupBuffer:
             stale = version - group.oldest() > self._hard
             if stale or len(members) < 2:
                 self._take_out(gid, group, "stale" if stale else "too_few_members")
+            elif non_finite(members):
+                self._take_out(gid, group, "non_finite")
             elif self._drop_flat and not has_spread(members):
                 self.flat.add(members)
                 self._warn_if_only_flat(version)  # before the drop's report, which tests wait on

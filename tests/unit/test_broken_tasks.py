@@ -162,6 +162,16 @@ def test_a_task_that_keeps_failing_stops_the_run_with_one_line(
     assert not [e for e in logs if e.get("exc_info")]  # no traceback
 
 
+@pytest.mark.parametrize("reward", [7.0, "0.5"])
+def test_a_bad_reward_is_not_trained_on(broker, spec, client, smollm_tokenizer, reward):
+    from tests.unit.test_actors import collect_trajectories
+
+    _start_rollout(broker, spec, smollm_tokenizer, FlakyCalculator(reward=reward))
+    _publish(client, spec, 1)
+    (t,) = collect_trajectories(client, Topology(spec.run), 1)
+    assert t.metrics.get("infra_failure") == 1.0, (t.reward, t.env_reward)
+
+
 # --- the proof: a whole run whose task raises on 10% of calls and blocks on 1% -----------
 
 
@@ -189,3 +199,70 @@ def test_a_run_whose_task_raises_and_blocks_completes_its_updates(tmp_path, monk
     assert max(m["env/flaky-run/failed_attempts"] for m in rows) > 0
     kinds = {e.get("kind") for e in logs if e["event"] == "infra failure; episode re-issued"}
     assert {"RuntimeError", "timeout"} <= kinds, kinds
+
+
+# --- the trainer's defence in depth: no NaN or infinity reaches an update -----------------
+
+
+class _Delivery:
+    acked = 0
+
+    def ack(self):
+        type(self).acked += 1
+
+
+@pytest.mark.parametrize(
+    ("rewards", "logprob"),
+    [
+        ([math.nan, 1.0], -1.0),
+        ([math.inf, 0.0], -1.0),
+        ([1e39, 0.0], -1.0),  # finite in Python, infinite in the float32 the trainer uses
+        ([3e38, -3e38, 3e38], -1.0),  # each finite in float32, their advantages are not
+        ([1.0, 0.0], math.nan),  # a sampled token's logprob
+    ],
+)
+def test_a_group_with_a_value_that_is_not_finite_is_dropped_with_its_reason(rewards, logprob):
+    from agentrl.actors._groups import DropBook, GroupBuffer
+    from tests.unit.records import trajectory
+
+    book, dropped = DropBook(None), []
+
+    def drop(gid, group, reason):
+        dropped.append((gid, reason))
+        book.add(gid, len(group.members), reason, 0)
+
+    buffer = GroupBuffer(
+        group_size=len(rewards), groups_per_batch=1, hard_staleness=8, group_timeout=60,
+        drop_flat_groups=False, clock=time.monotonic, drop=drop, log=structlog.get_logger(),
+    )  # fmt: skip
+    for i, reward in enumerate(rewards):
+        traj = trajectory([0, 1, 1], reward=reward, logprob=logprob if i == 0 else -1.0,
+                          episode_id=f"e{i}", group_size=len(rewards))  # fmt: skip
+        buffer.add(traj, _Delivery())
+    assert buffer.next_batch(0) is None
+    assert dropped == [("g", "non_finite")]
+    assert book.metrics()["learner/groups_dropped_total/non_finite"] == 1.0
+
+
+def test_a_group_of_finite_values_still_trains():
+    from agentrl.actors._groups import GroupBuffer
+    from tests.unit.records import trajectory
+
+    buffer = GroupBuffer(
+        group_size=2, groups_per_batch=1, hard_staleness=8, group_timeout=60,
+        drop_flat_groups=False, clock=time.monotonic, drop=None, log=structlog.get_logger(),
+    )  # fmt: skip
+    for i, reward in enumerate([1.0, -0.2]):
+        buffer.add(trajectory([0, 1], reward=reward, episode_id=f"e{i}"), _Delivery())
+    assert len(buffer.next_batch(0).trajectories) == 2
+
+
+def test_a_task_metric_outside_env_is_warned_about_once():
+    from agentrl.actors._episode import _warn_dropped_metrics
+
+    task = f"metrics-{uuid.uuid4().hex[:6]}"
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            _warn_dropped_metrics(task, {"turns": 1.0, "env/turns": 1.0, "success": 1.0})
+    dropped = [e for e in logs if e["event"].startswith("task metric dropped")]
+    assert [(e["task"], e["key"]) for e in dropped] == [(task, "turns")]
