@@ -1,11 +1,15 @@
 """Who may call the endpoint, and how much: an ASGI layer in front of the app.
 
-Every request, on every route, passes three checks before the app reads a byte of its
+Every request, on every route, passes four checks before the app reads a byte of its
 body, each refused in OpenAI's error shape (``{"error": {"message", "type", "param",
 "code"}}``), so an OpenAI client reports it as it would OpenAI's:
 
+0. the head's size: a request line and headers over ``max_head_bytes`` -> 431
+   ``request_header_fields_too_large`` (an incomplete head that long never gets here: see
+   `connections`).
 1. the API key: ``Authorization: Bearer <key>``, compared in constant time; missing or
-   wrong -> 401 ``invalid_api_key``.
+   wrong -> 401 ``invalid_api_key``, and the connection is closed (a caller without the
+   key keeps no connection open).
 2. the concurrency limit: at most ``max_concurrent`` requests in the app at once; one
    more -> 429 ``rate_limit_exceeded`` with ``Retry-After: 1`` (OpenAI's clients retry it
    with backoff).
@@ -84,8 +88,17 @@ class _TooLarge(Exception):
 class Guard:
     """The ASGI layer of the module doc around ``app``."""
 
-    def __init__(self, app, *, api_key: str, max_body_bytes: int, max_concurrent: int) -> None:
+    def __init__(
+        self,
+        app,
+        *,
+        api_key: str,
+        max_body_bytes: int,
+        max_concurrent: int,
+        max_head_bytes: int = 16 << 10,
+    ) -> None:
         self.app = app
+        self._max_head = max_head_bytes
         self._key = f"Bearer {api_key}".encode()
         self._max_body = max_body_bytes
         self._max_concurrent = max_concurrent
@@ -95,6 +108,12 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        head = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
+        head += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+        if head > self._max_head:
+            await _refuse(send, 431, f"The request head is over {self._max_head} bytes.",
+                          "invalid_request_error", "request_header_fields_too_large")  # fmt: skip
             return
         headers = dict(scope["headers"])  # names are lower case in ASGI
         if not hmac.compare_digest(headers.get(b"authorization", b""), self._key):
@@ -158,7 +177,7 @@ async def _refuse(send: Send, status: int, message: str, kind: str, code: str,
     body = json.dumps(error_body(message, kind, code)).encode()
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode()), *(extra or [])]  # fmt: skip
-    if status == 413:
-        headers.append((b"connection", b"close"))  # the rest of the body is not read
+    if status in (401, 413, 431):
+        headers.append((b"connection", b"close"))  # no key, or the rest is not read
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
