@@ -1,4 +1,4 @@
-"""`agentrl trace`'s web server: the standard library's, one request at a time, read-only.
+"""`agentrl trace`'s web server: the standard library's, read-only, a thread per connection.
 
 `TraceSite` answers a path and query with a page (no socket: the tests call it directly);
 `TraceServer` puts it on ``host:port``. Each request reads the store afresh, so a page
@@ -6,14 +6,21 @@ reloaded during a run shows the updates trained since. Every response forbids in
 script and anything not from the server itself (Content-Security-Policy), and a request
 whose ``Host`` is not the server's own is refused (a DNS-rebinding page cannot read the
 run), unless the server listens on every address.
+
+Connections are served at once, each on its own daemon thread, so one that is slow or
+silent holds up no other. Each has ``HEAD_TIMEOUT`` seconds to send its request head
+(however slowly its bytes come) and ``IO_TIMEOUT`` seconds for each later read or write;
+at most ``MAX_CONNECTIONS`` are open at once, and one more is answered 503 and closed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -35,6 +42,17 @@ LIST_LIMIT = 100
 COMPARE_LIMIT = 6
 """Episodes shown in full per column of the side-by-side page."""
 MAX_LIMIT = 1000
+
+HEAD_TIMEOUT = 10.0
+"""Seconds a connection has to send its whole request head."""
+IO_TIMEOUT = 30.0
+"""Seconds any one read or write of a connection may wait."""
+MAX_CONNECTIONS = 64
+"""Connections served at once; one more is answered 503."""
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\nContent-Length: 28\r\n\r\ntoo many connections; retry\n"
+)
 
 STATIC = Path(__file__).parent / "static"
 _TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -187,9 +205,18 @@ class TraceSite:
 class TraceServer:
     """`TraceSite` on ``host:port`` (port 0: any free one; `url` says which)."""
 
-    def __init__(self, site: TraceSite, host: str = "127.0.0.1", port: int = 8765) -> None:
+    def __init__(
+        self,
+        site: TraceSite,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        head_timeout: float = HEAD_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.site = site
-        self._httpd = HTTPServer((host, port), _handler(self))
+        self.head_timeout = head_timeout
+        self._httpd = _Server((host, port), _handler(self), max_connections)
         self.host, self.port = host, self._httpd.server_address[1]
         self.allowed_hosts: set[str] | None = (
             None
@@ -198,6 +225,11 @@ class TraceServer:
         )
         """``Host`` headers answered (None: any, the server listens on every address)."""
         self._thread: threading.Thread | None = None
+
+    @property
+    def connections(self) -> int:
+        """Connections being served now (at most ``max_connections``)."""
+        return self._httpd.connections
 
     @property
     def url(self) -> str:
@@ -219,9 +251,86 @@ class TraceServer:
         self._httpd.server_close()
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection (daemon: none keeps the process alive), at most ``cap``."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, cap: int) -> None:
+        self._cap = cap
+        self._lock = threading.Lock()
+        self.connections = 0
+        """Connections being served now."""
+        super().__init__(address, handler)
+
+    def _take(self) -> bool:
+        with self._lock:
+            if self.connections >= self._cap:
+                return False
+            self.connections += 1
+            return True
+
+    def _release(self) -> None:
+        with self._lock:
+            self.connections -= 1
+
+    def process_request(self, request, client_address) -> None:
+        if not self._take():
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)  # small: fits the socket's buffer
+            except OSError:
+                pass  # the client is gone: nothing to tell it
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # the thread did not start: its slot is free
+            self._release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+
+class _HeadReader:
+    """A connection's ``rfile`` whose reads end by ``deadline`` (`time.monotonic`)."""
+
+    def __init__(self, raw, sock: socket.socket, deadline: float) -> None:
+        self._raw, self._sock, self.deadline = raw, sock, deadline
+
+    def _left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request head took too long")
+        self._sock.settimeout(min(left, IO_TIMEOUT))
+
+    def readline(self, limit: int = -1) -> bytes:
+        self._left()
+        return self._raw.readline(limit)
+
+    def read(self, size: int = -1) -> bytes:
+        self._left()
+        return self._raw.read(size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
 def _handler(server: TraceServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = IO_TIMEOUT
+
+        def setup(self) -> None:
+            super().setup()
+            deadline = time.monotonic() + server.head_timeout
+            self.rfile = _HeadReader(self.rfile, self.connection, deadline)  # type: ignore[assignment]
+
         def do_GET(self) -> None:
+            self.connection.settimeout(IO_TIMEOUT)  # the head is in: the answer's own time
             allowed = server.allowed_hosts
             if allowed is not None and self.headers.get("Host") not in allowed:
                 status, kind, body = 400, "text/plain; charset=utf-8", b"unexpected Host\n"
