@@ -3,8 +3,10 @@
 An agent written with any OpenAI client calls ``/v1/chat/completions`` on the run's
 samplers; its calls inside an episode (``/v1/episodes``) become trajectories with the exact
 token ids, logprobs and versions that were sampled, trained like agentrl's own episodes.
-``app`` (the HTTP API), ``guard`` (API key, body and concurrency limits), ``episodes``
-(token layout, segments, groups), ``service`` (the broker side), ``server`` (uvicorn).
+``app`` (the HTTP API), ``guard`` (API key, body and concurrency limits), ``connections``
+(head and idle timeouts, head size, a connection cap, ahead of the key), ``episodes``
+(token layout, segments, groups, who gives the reward), ``service`` (the broker side),
+``server`` (uvicorn).
 See docs/serve.md.
 """
 
