@@ -19,8 +19,22 @@ import time
 from collections.abc import Callable
 
 import pykka
+import structlog
 
-__all__ = ["ABORT_EXIT", "STILL_WAITING", "Interrupts", "say", "stop_actor"]
+log = structlog.get_logger(__name__)
+
+NODE_PID_ENV = "AGENTRL_NODE_PID"
+"""Set in every role's environment: the pid of the node supervisor that started it."""
+
+__all__ = [
+    "ABORT_EXIT",
+    "LEARNER_STOP_TIMEOUT",
+    "NODE_PID_ENV",
+    "STILL_WAITING",
+    "Interrupts",
+    "say",
+    "stop_actor",
+]
 
 ABORT_EXIT = 130
 """Exit status of a run aborted by a second signal (128 + SIGINT)."""
@@ -62,7 +76,12 @@ class Interrupts:
 
 
 def say(line: str) -> None:
-    """One line of the supervisor on the console (stderr)."""
+    """One line of the supervisor on the console (stderr). In a role that a node supervisor
+    started (``AGENTRL_NODE_PID`` set), the line goes to the role's log instead: the node
+    says the stop once for all its roles (`agentrl.ops.run.node`)."""
+    if os.environ.get(NODE_PID_ENV):
+        log.info("stop", said=line)
+        return
     print(f"agentrl-supervisor: {line}", file=sys.stderr, flush=True)
 
 
@@ -87,6 +106,11 @@ def stop_actor(name: str, ref: pykka.ActorRef, timeout: float) -> None:
                     f"at most {timeout:.0f} s; Ctrl-C again to abort)"
                 )
 
+
+LEARNER_STOP_TIMEOUT = 1800.0
+"""Seconds the learner gets to stop: a stop waits for the update it is in (minutes on a
+CPU: one SmolLM2 update of 16 two-thousand-token episodes took 250-370 s on 2 cores),
+which then writes its checkpoint. A node waits this long, and a margin, for its roles."""
 
 STILL_WAITING = 30.0
 """Seconds between the console lines of a stop that waits for an actor."""

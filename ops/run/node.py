@@ -18,7 +18,11 @@ role takes nothing else down, and watches them:
   node keeps training unsupervised;
 - SIGTERM or SIGINT to the node forwards SIGTERM to every role, which drains
   (stops taking work, hands back in-flight messages, exits); roles still
-  running after ``stop_timeout`` seconds are killed.
+  running after ``stop_timeout`` seconds (by default the learner's own stop limit, and
+  a margin) are killed. The node says so once on the console, and every
+  `STILL_WAITING` s of the wait; a second SIGINT or SIGTERM forwards a second SIGTERM,
+  which aborts every role at once (the update in progress is lost), and the node exits
+  `ABORT_EXIT`.
 
 - a role that exits with ``FATAL_EXIT`` (2) met an error a restart cannot fix (the
   broker refused the login, a bad config): it is not restarted, the node drains its
@@ -46,15 +50,20 @@ from pathlib import Path
 
 import structlog
 
+from .interrupt import ABORT_EXIT, LEARNER_STOP_TIMEOUT, NODE_PID_ENV, STILL_WAITING, say
+
 log = structlog.get_logger(__name__)
 
 __all__ = ["FATAL_EXIT", "NODE_PID_ENV", "NodeSupervisor", "die_with_node"]
 
-NODE_PID_ENV = "AGENTRL_NODE_PID"
-"""Set in every role's environment: the pid of the node supervisor that started it."""
 
 FATAL_EXIT = 2
 """Exit code of a role (and of the node) that no restart can fix: refused login, bad config."""
+
+
+NODE_STOP_TIMEOUT = LEARNER_STOP_TIMEOUT + 60.0
+"""Seconds a node's drain waits for its roles before it kills them: the learner's own stop
+limit (it finishes its update and writes its checkpoint), and a margin for its exit."""
 
 
 @dataclass
@@ -82,7 +91,7 @@ class NodeSupervisor:
         backoff_initial: float = 1.0,
         backoff_max: float = 30.0,
         stable_after: float = 60.0,
-        stop_timeout: float = 120.0,
+        stop_timeout: float = NODE_STOP_TIMEOUT,
         env: dict[str, str] | None = None,
         affinity: dict[str, list[int]] | None = None,
     ) -> None:
@@ -102,12 +111,14 @@ class NodeSupervisor:
         self._wake = threading.Event()
         self.fatal: str | None = None
         """The role that exited with FATAL_EXIT, if one did."""
+        self.signals = 0
+        """SIGINT/SIGTERM received: the first drains, the second aborts every role."""
 
     def run(self, *, install_signals: bool = True) -> int:
         """Start every role and supervise them until all have exited."""
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: self.stop())
+                signal.signal(sig, self.on_signal)
         for role in self._roles.values():
             self._start(role)
         try:
@@ -128,12 +139,32 @@ class NodeSupervisor:
         log.info("node stopped", node=self.node, failed_roles=failed)
         if self.fatal:
             return FATAL_EXIT
+        if self.signals > 1:
+            return ABORT_EXIT
         return 1 if failed else 0
 
     def stop(self) -> None:
         """Ask every role to drain and exit (safe from a signal handler)."""
         self.stopping.set()
         self._wake.set()
+
+    def on_signal(self, signum: int, frame: object = None) -> None:
+        """SIGINT/SIGTERM to the node: the first drains every role, the second aborts them."""
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 1:
+            say(
+                f"{name}: stopping; waiting for this node's roles to drain (the learner "
+                "finishes its update and writes its checkpoint; Ctrl-C again to abort now: "
+                "the update in progress is lost)"
+            )
+            self.stop()
+            return
+        say(f"{name} again: aborting every role; --resume continues from the newest checkpoint")
+        for role in list(self._roles.values()):
+            process = role.process
+            if process is not None:  # a role's second signal: its own abort, at once
+                _signal(process, signal.SIGTERM)
 
     def pids(self) -> dict[str, int | None]:
         return {n: (r.process.pid if r.process else None) for n, r in self._roles.items()}
@@ -204,14 +235,28 @@ class NodeSupervisor:
         for role in running:
             log.info("draining role", node=self.node, child=role.name, pid=role.process.pid)
             _signal(role.process, signal.SIGTERM)
-        deadline = time.monotonic() + self._stop_timeout
+        start = time.monotonic()
+        deadline = start + self._stop_timeout
         for role in running:
-            try:
-                role.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.error("role did not drain in time; killed", node=self.node, child=role.name)
-                _signal(role.process, signal.SIGKILL)
-                role.process.wait()
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    role.process.wait(timeout=max(0.0, min(STILL_WAITING, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left > STILL_WAITING:
+                        waiting = sorted(r.name for r in running if r.process.poll() is None)
+                        say(
+                            f"stopping: still waiting for {', '.join(waiting)} "
+                            f"({time.monotonic() - start:.0f} s so far, at most "
+                            f"{self._stop_timeout:.0f} s; Ctrl-C again to abort)"
+                        )
+                        continue
+                    log.error("role did not drain in time; killed", node=self.node, child=role.name)
+                    say(f"{role.name} did not stop in {self._stop_timeout:.0f} s: killed")
+                    _signal(role.process, signal.SIGKILL)
+                    role.process.wait()
+                    break
             role.exit_code = role.process.returncode
             role.history.append(role.exit_code)
             role.process = None

@@ -46,7 +46,7 @@ from agentrl.trainer import LearnerBackend, checkpoint_digest, load_tokenizer, r
 from ..config.schema import RunConfig
 from ..sft.warm_start import read_warm_start
 from .engines import megatron_backend, node_torch_threads, torch_backend
-from .interrupt import Interrupts, stop_actor
+from .interrupt import LEARNER_STOP_TIMEOUT, Interrupts, stop_actor
 from .node import FATAL_EXIT
 from .preflight import check_models
 from .progress import EpisodeTally, Progress, format_summary
@@ -391,7 +391,3 @@ class Supervisor:
 
 STOP_TIMEOUT = 60.0
 """Seconds an actor gets to stop."""
-LEARNER_STOP_TIMEOUT = 1800.0
-"""Seconds the learner gets: a stop waits for the update it is in (minutes on a CPU: one
-SmolLM2 update of 16 two-thousand-token episodes took 250-370 s on 2 cores), which then
-writes its checkpoint."""

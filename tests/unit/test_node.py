@@ -248,3 +248,51 @@ def test_cpu_affinity_names_roles_and_this_machines_cores():
         parse_config({"run": "r", "cpu_affinity": {"trainer": [0], "sampler": [4096]}})
     assert "cpu_affinity.trainer: not a role" in str(bad.value)
     assert "cpu_affinity.sampler: [4096] must be a non-empty list" in str(bad.value)
+
+
+def test_the_first_ctrl_c_is_said_once_for_the_node_and_the_second_aborts_every_role(tmp_path):
+    """Issue 50: a second Ctrl-C did not abort a multi-process run (the node waited out its
+    drain), and the first printed one acknowledgement per role. Roles here drain as a run's
+    roles do (`Interrupts`) and then hang, as a learner stuck in its update does."""
+    stuck = (
+        "import os, threading, time; from agentrl.ops.run.interrupt import Interrupts; "
+        "done = threading.Event(); Interrupts(done, 'the update').install(); "
+        "print('ready', flush=True); done.wait(); time.sleep(600)"
+    )
+    roles = {name: [PY, "-c", stuck] for name in ("learner", "rollout", "sampler")}
+    node_script = (
+        "import json, pathlib, sys; from agentrl.ops.run.node import NodeSupervisor; "
+        f"sys.exit(NodeSupervisor(json.loads(sys.argv[1]), node='n1', "
+        f"state_file=pathlib.Path({str(tmp_path / 'nodes' / 'n1.json')!r})).run())"
+    )
+    node = subprocess.Popen(
+        [PY, "-c", node_script, json.dumps(roles)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready = 0
+        while ready < len(roles):  # every role has its handler installed
+            line = node.stdout.readline()
+            assert line, "the node ended before its roles were ready"
+            ready += line.count("ready")  # three writers: lines may interleave
+        node.send_signal(signal.SIGINT)
+        first = node.stderr.readline()  # said at once; then the node drains its roles
+        time.sleep(0.5)  # (were the second to come first, each role still gets two SIGTERMs)
+        assert node.poll() is None  # the first Ctrl-C waits for the stuck roles
+        start = time.monotonic()
+        node.send_signal(signal.SIGINT)
+        _, rest = node.communicate(timeout=30)
+        err = first + rest
+        assert time.monotonic() - start < 15
+    finally:
+        node.kill()
+        node.wait()
+    assert node.returncode == 130, err
+    said = [line for line in err.splitlines() if line.startswith("agentrl-supervisor:")]
+    assert len(said) == 2, err  # one line per Ctrl-C, for the whole node
+    assert said[0].startswith("agentrl-supervisor: SIGINT: stopping") and "again" in said[0]
+    assert said[1].startswith("agentrl-supervisor: SIGINT again: aborting every role")
+    codes = {r: v["exit_codes"][-1] for r, v in _state(tmp_path)["roles"].items()}
+    assert codes == dict.fromkeys(roles, 130)  # each aborted itself (`Interrupts`)
