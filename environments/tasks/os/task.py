@@ -29,12 +29,14 @@ prompt and question (`tasks.os.tools`). Tools (AgentBench's, ``configs/tasks/os.
   ``thought`` is the answer the judge gets (``None`` when the call has no argument).
 
 The judge (`tasks.os.judge`) compares the answer with ``match`` or runs the ``check``
-scripts in the session's machine. Bad calls, as AgentBench's ``os_interaction/task.py``
-answers them (the episode goes on): no tool call gets the user message `NO_TOOL_CALL`;
-only the first call of a message runs; arguments that are not JSON get a tool message
-with the JSON error; an unknown tool gets `INVALID_FUNCTION`; a script or answer that
-is not a string, holds a NUL or a lone surrogate, or is over `MAX_ARG` bytes gets a
-tool message saying so. A tool reads its first argument when its own name is missing.
+scripts in the session's machine (the example a null ``check`` entry compares the answer
+with runs at ``start``, before the agent's first action). Bad calls, as AgentBench's
+``os_interaction/task.py`` answers them (the episode goes on): no tool call gets the
+user message `NO_TOOL_CALL`; only the first call of a message runs; arguments that are
+not JSON get a tool message with the JSON error; an unknown tool gets
+`INVALID_FUNCTION`; a script or answer that is not a string, holds a NUL or a lone
+surrogate, or is over `MAX_ARG` bytes gets a tool message saying so. A tool reads its
+first argument when its own name is missing.
 ``max_turns`` (8) assistant messages without an end (or the level's own limit) ->
 ``task_limit_reached``, reward 0. A sandbox that breaks raises `SandboxError` (an
 InfraError: the rollout retries the episode).
@@ -75,12 +77,13 @@ from agentrl.environments.tasks.os.items import (
     items_of_split,
     load_items,
 )
-from agentrl.environments.tasks.os.judge import judge
+from agentrl.environments.tasks.os.judge import expected_answer, judge
 from agentrl.environments.tasks.os.levels import GENERATED_LEVELS, LEVEL_TURNS, make_level
 from agentrl.environments.tasks.os.sandbox import (
     BACKENDS,
     DEFAULT_IMAGE,
     Limits,
+    RunResult,
     Sandbox,
     choose_backend,
     open_sandbox,
@@ -132,6 +135,8 @@ class _Session:
     bad_calls: int = 0
     max_turns: int = 8
     done: bool = False
+    expected: RunResult | None = None
+    """The example's output for a null check entry, taken before the first action."""
 
 
 class OSTask:
@@ -261,6 +266,7 @@ class OSTask:
                 if started.timed_out or started.ended:  # AgentBench: status unknown
                     why = "ended the shell" if started.ended else f"ran over {self._timeout:g} s"
                     raise ItemError(f"item {index}: start {why}")
+            expected = expected_answer(item, sandbox, self._check_timeout)
         except BaseException:
             if shell is not None:
                 shell.close()
@@ -271,7 +277,7 @@ class OSTask:
             ChatMessage(role="user", content=QUESTION.format(description=item.description)),
         ]
         limit = min(self._max_turns, LEVEL_TURNS.get(item.level, self._max_turns))
-        session = _Session(index, item, sandbox, shell, max_turns=limit)
+        session = _Session(index, item, sandbox, shell, max_turns=limit, expected=expected)
         return Start(session=session, messages=messages)
 
     def interact(self, session: _Session, message: ChatMessage) -> Step:
@@ -341,7 +347,8 @@ class OSTask:
         return observation(result.text, self._output_chars, killed, notes)
 
     def _judge(self, session: _Session, answer: str | None) -> bool:
-        return judge(session.item, session.sandbox, answer, self._check_timeout, session.index)
+        item, timeout = session.item, self._check_timeout
+        return judge(item, session.sandbox, answer, timeout, session.index, session.expected)
 
     def cancel(self, session: _Session) -> None:
         with session.lock:
