@@ -9,13 +9,23 @@ under ``TERM=xterm`` with Debian's or Ubuntu's ``~/.bashrc``.
 
 from __future__ import annotations
 
+import random
+import re
 import time
 
 import pytest
 
 from agentrl.environments.tasks.os import terminal as terminal_module
 from agentrl.environments.tasks.os.sandbox import SandboxError
-from agentrl.environments.tasks.os.terminal import UNDECODABLE, Terminal, clean
+from agentrl.environments.tasks.os.terminal import (
+    PROMPT as PROMPT_PATTERN,
+)
+from agentrl.environments.tasks.os.terminal import (
+    UNDECODABLE,
+    Terminal,
+    clean,
+    find_prompt,
+)
 
 PROMPT = b"\x1b[?2004h\x1b]0;root@sandbox: ~\x07root@sandbox:~# "
 OFF = b"\x1b[?2004l\r"
@@ -98,3 +108,83 @@ def test_cleaning_is_agentbench_s():
     assert clean(OFF + b"abc" + PROMPT) == ""
     assert clean(b"\x1b]0;title\x07x\x07y") == "xy"
     assert clean(b"\xff\xfe") == UNDECODABLE
+
+
+_AGENTBENCH_CLEANING = (
+    re.compile(rb"\x1b.+@.+[#|$] "),
+    re.compile(rb"\x1b\[[0-9;]*[a-zA-Z]"),
+    re.compile(rb"\x1b][0-9]*;[^\x07]*\x07"),
+    re.compile(rb"\x1b\[\?2004[hl]"),
+    re.compile(rb"\x07"),
+)
+"""``Container.execute``'s substitutions, AgentBench's ``os_interaction/task.py`` lines
+64-78, as it writes them."""
+
+
+def _agentbench_clean(raw: bytes) -> bytes:
+    for pattern in _AGENTBENCH_CLEANING:
+        raw = pattern.sub(b"", raw)
+    return raw
+
+
+def test_prompt_search_and_cleaning_give_agentbench_s_results():
+    """On short random lines of the bytes that matter, `find_prompt` finds what the
+    regex finds and `clean` removes what AgentBench's substitutions remove."""
+    rng = random.Random(7)
+    alphabet = [b"\x1b", b"@", b"#", b"$", b"|", b" ", b"\n", b"\x07", b"]", b"[", b"0", b";"]
+    alphabet += [b"?2004h", b"a", b"m", b"\r"]
+    for _ in range(20000):
+        raw = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 24)))
+        match = PROMPT_PATTERN.search(raw)
+        assert find_prompt(raw) == (match.span() if match else None), raw
+        assert clean(raw) == _agentbench_clean(raw).decode("utf-8"), raw
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"\x1b@" * 200_000, b"\x1b]0;@" * 100_000, b"\x1b[" * 300_000, b"a" * 1_000_000],
+    ids=["escapes-and-ats", "unended-titles", "unended-colours", "no-line-end"],
+)
+def test_cleaning_a_hostile_line_takes_linear_time(line):
+    began = time.monotonic()
+    clean(line + PROMPT)
+    find_prompt(line)
+    assert time.monotonic() - began < 2.0  # the regexes alone: hours
+
+
+class EndlessIO:
+    """A terminal whose command never ends: ``chunk`` again on every read, at once."""
+
+    def __init__(self, chunk: bytes, echo: bytes = b"cmd\r\n") -> None:
+        self.pending = [PROMPT, echo]
+        self.chunk = chunk
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def read(self, timeout: float) -> bytes | None:
+        return self.pending.pop(0) if self.pending else self.chunk
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "chunk, echo",
+    [
+        (b"a" * 65536, b"cmd\r\n"),  # one endless line: cat /dev/zero | tr '\0' a
+        (b"y\r\n" * 20000, b"cmd\r\n"),  # endless lines: yes
+        (bytes(range(256)) * 256, b"cmd\r\n"),  # binary
+        (b"\x1b@" * 32768, b"cmd\r\n"),  # escapes and ats: the prompt's regex at its worst
+        (b"a" * 65536, b""),  # no echo line end either (stty -echo)
+    ],
+    ids=["one-line", "many-lines", "binary", "escapes", "no-echo"],
+)
+def test_every_shape_of_endless_output_returns_at_the_time_limit(chunk, echo):
+    terminal = Terminal(EndlessIO(chunk, echo))
+    terminal.open()
+    began = time.monotonic()
+    out = terminal.run("cmd", 0.5)
+    assert out.timed_out and not out.ended
+    assert time.monotonic() - began < 1.5
+    assert len(out.text) <= (1 << 20) + 1

@@ -37,32 +37,85 @@ __all__ = [
     "Terminal",
     "TerminalIO",
     "clean",
+    "find_prompt",
     "open_terminal",
 ]
 
 PROMPT = re.compile(rb"\x1b.+@.+[#|$] ")
 """A prompt as AgentBench finds one: a title or colour sequence, ``user@host``, then
-``# `` or ``$ `` (Ubuntu's and Debian's ``~/.bashrc`` under ``TERM=xterm``)."""
-_CLEANING = (
-    re.compile(rb"\x1b.+@.+[#|$] "),  # the prompt
-    re.compile(rb"\x1b\[[0-9;]*[a-zA-Z]"),  # colours, cursor moves
-    re.compile(rb"\x1b][0-9]*;[^\x07]*\x07"),  # window titles
-    re.compile(rb"\x1b\[\?2004[hl]"),  # bracketed paste on and off
-    re.compile(rb"\x07"),  # bells
-)
-"""``Container.execute``'s substitutions (``os_interaction/task.py``), in its order."""
+``# `` or ``$ `` (Ubuntu's and Debian's ``~/.bashrc`` under ``TERM=xterm``). Searched by
+`find_prompt`, which finds its match in linear time (the regex itself backtracks for
+a time that grows with the cube of a line's length on a line of escapes and ``@``)."""
+_COLOURS = re.compile(rb"\x1b\[[0-9;]*[a-zA-Z]")
+_TITLES = re.compile(rb"\x1b][0-9]*;[^\x07]*\x07")
+_PASTE = re.compile(rb"\x1b\[\?2004[hl]")
 UNDECODABLE = "OS Environment output cannot be decoded as UTF-8"
 """AgentBench's observation text for output that is not UTF-8 (``_execute_bash_command``)."""
 FIRST_PROMPT_S = 5.0
 """How long the shell has to show its first prompt (``create_shell``'s ``wait_for``)."""
 _KEEP = 1 << 20
 """Bytes of one command's output kept (its beginning; the prompt is looked for in all)."""
+_LINE = 4096
+"""Bytes of an unfinished line kept to find a prompt in (its end): a prompt is one line's
+end, a few dozen bytes; a line without an end (``cat /dev/zero | tr '\\0' a``) is not
+held whole."""
+
+
+def _prompt_in_line(line: bytes) -> tuple[int, int] | None:
+    """`PROMPT`'s match in ``line`` (no ``\\n``) as ``re.search`` finds it: from the first
+    escape, through an ``@`` at least two bytes on, to the last ``# ``, ``| `` or ``$ `` at
+    least two bytes past the first such ``@`` (both ``.+`` greedy); None without one."""
+    start = line.find(b"\x1b")
+    if start < 0:
+        return None
+    at = line.find(b"@", start + 2)
+    if at < 0:
+        return None
+    end = max(line.rfind(b"# "), line.rfind(b"| "), line.rfind(b"$ "))
+    return (start, end + 2) if end >= at + 2 else None
+
+
+def find_prompt(data: bytes) -> tuple[int, int] | None:
+    """(start, end) of `PROMPT`'s first match in ``data`` (it lies within one line), in
+    time linear in ``len(data)``; None when there is none."""
+    if b"\x1b" not in data:
+        return None
+    pos = 0
+    while True:
+        stop = data.find(b"\n", pos)
+        found = _prompt_in_line(data[pos : stop if stop >= 0 else len(data)])
+        if found is not None:
+            return pos + found[0], pos + found[1]
+        if stop < 0:
+            return None
+        pos = stop + 1
+
+
+def _without_prompts(raw: bytes) -> bytes:
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines):
+        if (found := _prompt_in_line(line)) is not None:
+            lines[number] = line[: found[0]] + line[found[1] :]
+    return b"\n".join(lines)
+
+
+def _without_titles(raw: bytes) -> bytes:
+    """`_TITLES` removed; past the last bell no title can end, so the regex only sees the
+    part before it (each title then ends at the next bell: linear time)."""
+    last = raw.rfind(b"\x07")
+    return _TITLES.sub(b"", raw[: last + 1]) + raw[last + 1 :]
 
 
 def clean(raw: bytes) -> str:
-    """The model's view of terminal output: AgentBench's substitutions, then UTF-8."""
-    for pattern in _CLEANING:
-        raw = pattern.sub(b"", raw)
+    """The model's view of terminal output: ``Container.execute``'s substitutions
+    (``os_interaction/task.py``) in its order (the prompt, colours and cursor moves,
+    window titles, bracketed paste on and off, bells) with the same results, each in
+    linear time; then UTF-8."""
+    raw = _without_prompts(raw)
+    raw = _COLOURS.sub(b"", raw)
+    raw = _without_titles(raw)
+    raw = _PASTE.sub(b"", raw)
+    raw = raw.replace(b"\x07", b"")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -116,7 +169,7 @@ class Terminal:
             chunk = self._read(deadline)
             if not chunk:
                 return self._unfinished(data, chunk)
-            data += chunk
+            data = (data + chunk)[: _KEEP + 1]  # an echo without an end is not held whole
         output, found = self._until_prompt(data[data.index(b"\n") + 1 :], deadline)
         if not found:
             return self._unfinished(output, None if self._ended else b"")
@@ -129,27 +182,31 @@ class Terminal:
         return ShellOutput(clean(output), timed_out=not self._ended, ended=self._ended)
 
     def _read(self, deadline: float) -> bytes | None:
-        """The next bytes; b"" at the deadline, None at the shell's end."""
+        """The next bytes; b"" once the deadline has passed (however fast the terminal
+        writes), None at the shell's end."""
         while True:
             left = deadline - time.monotonic()
-            chunk = self._io.read(max(left, 0.0))
-            if chunk is None or chunk or left <= 0:
+            if left <= 0:
+                return b""
+            chunk = self._io.read(left)
+            if chunk is None or chunk:
                 return chunk
 
     def _until_prompt(self, data: bytes, deadline: float) -> tuple[bytes, bool]:
         """``data`` and what follows, up to and with the first prompt (what comes after
         it is kept for the next command), and whether a prompt came before the deadline
-        or the shell's end. At most `_KEEP` bytes of it are kept."""
+        or the shell's end. At most `_KEEP` bytes of it are kept, and of an unfinished
+        line its last `_LINE` bytes."""
         kept, line, new = bytearray(), b"", data
         while True:
             scan = line + new  # a prompt lies within one line: the unfinished one and more
-            match = PROMPT.search(scan)
-            upto = match.end() - len(line) if match is not None else len(new)
+            found = find_prompt(scan)
+            upto = found[1] - len(line) if found is not None else len(new)
             kept += new[:upto][: max(_KEEP - len(kept), 0)]
-            if match is not None:
+            if found is not None:
                 self._left = new[upto:]
                 return bytes(kept), True
-            line = scan[scan.rfind(b"\n") + 1 :]
+            line = scan[scan.rfind(b"\n") + 1 :][-_LINE:]
             new = self._read(deadline)
             if not new:
                 self._ended = new is None
