@@ -192,15 +192,15 @@ class NodeSupervisor:
             role.process = None
             role.exit_code = code
             role.history.append(code)
-            if code == 0 or self.stopping.is_set():
+            if code == FATAL_EXIT:  # also during a drain: e.g. the learner's full disk
+                log.error("role cannot go on; draining this node", node=self.node, child=role.name)
+                self.fatal = role.name
+                self.stopping.set()
+            elif code == 0 or self.stopping.is_set():
                 log.info("role finished", node=self.node, child=role.name, exit_code=code)
                 if code == 0 and not self.stopping.is_set():
                     log.info("the run has ended; draining this node", node=self.node)
                     self.stopping.set()
-            elif code == FATAL_EXIT:
-                log.error("role cannot start; draining this node", node=self.node, child=role.name)
-                self.fatal = role.name
-                self.stopping.set()
             else:
                 self._schedule_restart(role, code)
             self._write_state()
@@ -260,6 +260,8 @@ class NodeSupervisor:
             role.exit_code = role.process.returncode
             role.history.append(role.exit_code)
             role.process = None
+            if role.exit_code == FATAL_EXIT:  # it stopped the run for good while draining
+                self.fatal = self.fatal or role.name
         for role in self._roles.values():
             role.restart_at = None
         self._write_state()

@@ -296,3 +296,24 @@ def test_the_first_ctrl_c_is_said_once_for_the_node_and_the_second_aborts_every_
     assert said[1].startswith("agentrl-supervisor: SIGINT again: aborting every role")
     codes = {r: v["exit_codes"][-1] for r, v in _state(tmp_path)["roles"].items()}
     assert codes == dict.fromkeys(roles, 130)  # each aborted itself (`Interrupts`)
+
+
+def test_a_fatal_exit_while_the_node_drains_still_makes_the_node_exit_2(tmp_path):
+    """Issue 50: the learner stopped a run for good (a full disk, exit 2) and broadcast the
+    shutdown; the other roles exited 0 first, the node took the run as ended, and its exit
+    was 1. A fatal role exit is fatal whenever it comes."""
+    node = _node(
+        tmp_path,
+        {
+            "rollout": [PY, "-c", "import sys; sys.exit(0)"],  # heard the shutdown first
+            "learner": [  # drains on SIGTERM: writes nothing more, then exits 2
+                PY,
+                "-c",
+                "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: None); "
+                "time.sleep(1.0); sys.exit(2)",
+            ],
+        },
+        stop_timeout=30,
+    )
+    assert node.run(install_signals=False) == 2
+    assert node.fatal == "learner"
