@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -288,6 +289,13 @@ class _Server(ThreadingHTTPServer):
         except BaseException:  # the thread did not start: its slot is free
             self._release()
             raise
+
+    def handle_error(self, request, client_address) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):  # the client left before its answer: its own
+            log.debug("client left", client=client_address[0], error=repr(error))
+            return
+        super().handle_error(request, client_address)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
