@@ -9,10 +9,12 @@ temporary directory and renamed, so a failed write leaves nothing that looks com
 
 from __future__ import annotations
 
+import json
 import shutil
+import struct
 from pathlib import Path
 
-__all__ = ["MARGIN_BYTES", "DiskCheck", "tree_bytes"]
+__all__ = ["MARGIN_BYTES", "PARAM_BYTES", "DiskCheck", "safetensors_params", "tree_bytes"]
 
 MARGIN_BYTES = 64 << 20
 """Free space kept beyond the estimate of the next checkpoint (logs, ledger, metrics)."""
@@ -34,10 +36,40 @@ def _newest(root: Path | None) -> Path | None:
     return found[-1] if found else None
 
 
+PARAM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per parameter of a learner checkpoint, by ``learner.dtype``."""
+
+_DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
+}  # fmt: skip
+
+
+def safetensors_params(path: Path) -> tuple[int, int]:
+    """(elements, bytes) of the tensors in a ``.safetensors`` file, from its header alone."""
+    with path.open("rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        if size > min(path.stat().st_size - 8, 100 << 20):
+            raise ValueError(f"{path}: not a safetensors header ({size} bytes)")
+        header = json.loads(fh.read(size))
+    elements = nbytes = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        count = 1
+        for dim in entry["shape"]:
+            count *= int(dim)
+        elements += count
+        nbytes += count * _DTYPE_BYTES.get(entry["dtype"], 4)
+    return elements, nbytes
+
+
 class DiskCheck:
     """``problem()`` says, in one line, why the disk cannot take the next checkpoint (None
-    when it can). The first checkpoint of a run is estimated from the model's directory
-    (its weights, and twice that for the AdamW moments when a learner state is kept)."""
+    when it can). The first checkpoint of a run is estimated from the model's directory:
+    its parameters in the learner's dtype (``param_bytes`` each: a bfloat16 model trained
+    in float32 writes twice its own size), and twice that for the AdamW moments when a
+    learner state is kept."""
 
     def __init__(
         self,
@@ -46,11 +78,15 @@ class DiskCheck:
         model_dir: Path | None = None,
         state_dir: Path | None = None,
         margin: int = MARGIN_BYTES,
+        param_bytes: int | None = None,
     ) -> None:
+        """``param_bytes``: bytes per parameter of the learner's checkpoints (4 for float32);
+        None = as the model's files store them."""
         self.checkpoint_dir = checkpoint_dir
         self.model_dir = model_dir
         self.state_dir = state_dir
         self.margin = margin
+        self.param_bytes = param_bytes
 
     def needed(self) -> int:
         """Bytes the next checkpoint (weights and learner state) is expected to take."""
@@ -66,7 +102,18 @@ class DiskCheck:
     def _model_bytes(self) -> int:
         if self.model_dir is None or not self.model_dir.is_dir():
             return 0  # a hub name: nothing local to measure until the first checkpoint
-        return sum(tree_bytes(p) for p in self.model_dir.glob("*.safetensors"))
+        total = 0
+        for path in self.model_dir.glob("*.safetensors"):
+            try:
+                elements, stored = safetensors_params(path)
+            except (OSError, ValueError, KeyError, TypeError, struct.error):
+                elements, stored = 0, tree_bytes(path)  # unreadable header: its size
+            total += (
+                stored
+                if self.param_bytes is None or not elements
+                else (elements * self.param_bytes)
+            )
+        return total
 
     def problem(self) -> str | None:
         need = self.needed()

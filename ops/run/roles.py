@@ -29,7 +29,7 @@ from agentrl.trainer import LearnerBackend, resolve_model
 
 from ..config.schema import RunConfig
 from ..report.tensorboard import EventWriter
-from .disk import DiskCheck
+from .disk import PARAM_BYTES, DiskCheck
 from .engines import torch_pool_engine, vllm_pool_engine
 from .progress import EpisodeTally
 
@@ -127,6 +127,7 @@ def learner_args(
             cfg.run_dir / "checkpoints",
             model_dir=resolve_model(cfg.model),
             state_dir=cfg.run_dir / "learner_state",
+            param_bytes=PARAM_BYTES[ln.dtype],
         ).problem,
         on_fatal=on_fatal,
         trace=functools.partial(

@@ -227,6 +227,28 @@ def test_disk_check_estimates_the_first_checkpoint_from_the_model(tmp_path):
     assert check.needed() == 500 + 2 * 500  # weights, and AdamW's two moments
 
 
+def test_the_first_checkpoint_of_a_bfloat16_model_trained_in_float32_is_twice_its_files(
+    tmp_path,
+):
+    """Issue 48: a bfloat16 model directory (46 GB at 7B) was taken as the size of the first
+    float32 checkpoint, half of what it writes. The estimate reads the parameter count from
+    the safetensors headers and sizes it in the learner's dtype."""
+    import torch
+    from safetensors.torch import save_file
+
+    model = tmp_path / "model"
+    model.mkdir()
+    save_file({"a": torch.zeros(10, 30, dtype=torch.bfloat16)}, model / "model-1.safetensors")
+    save_file({"b": torch.zeros(100, dtype=torch.bfloat16)}, model / "model-2.safetensors")
+    params = 10 * 30 + 100
+    as_stored = DiskCheck(tmp_path / "ckpt", model_dir=model, margin=0)
+    assert as_stored.needed() == params * 2  # bfloat16, as the files hold it
+    learner = DiskCheck(
+        tmp_path / "ckpt", model_dir=model, state_dir=tmp_path / "s", margin=0, param_bytes=4
+    )
+    assert learner.needed() == params * 4 * 3  # float32 weights, and AdamW's two moments
+
+
 def test_keep_checkpoints_is_bounded_by_default():
     from agentrl.ops.config.schema import LearnerConfig
 
