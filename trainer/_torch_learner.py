@@ -211,6 +211,7 @@ class TorchLearner:
             lr=lr,
             betas=betas,
             weight_decay=weight_decay,
+            fused=True,  # one kernel per step: no transient copy of the moments (bench/)
         )
         if self.state_dir is not None:
             remove_newer_states(self.state_dir, version)

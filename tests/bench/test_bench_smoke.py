@@ -55,6 +55,11 @@ FIGURES = {
         r"ratio endpoint / direct requests/s: [\d.]+",
         r"latency overhead p50: [+-][\d.]+ ms",
     ],
+    "optimizer_step.py": [
+        r"foreach: \d+M parameters, holds \d+ MiB, peak RSS \d+ MiB \(\+\d+ MiB\), \d+ ms per step",
+        r"fused: \d+M parameters, holds \d+ MiB, peak RSS \d+ MiB \(\+\d+ MiB\), \d+ ms per step",
+        r"ratio fused / foreach: peak RSS [\d.]+, time per step [\d.]+",
+    ],
     "gpu.py": [
         r"device: cpu \(CPU, \d+ cores\); torch ",
         r"sampler float32 4 requests, single turn: HF generate \d+ tok/s .* TorchEngine \d+ tok/s",
