@@ -312,7 +312,11 @@ def _start(args: argparse.Namespace, argv: list[str]) -> int:
         return FATAL_EXIT
     log_dir = cfg.run_dir / "logs" / args.node
     if in_process:
-        configure_logging(args.log_level, log_dir, run=cfg.run, node=args.node)
+        # a node's role: its info lines to its log only (the node speaks for it on the
+        # console); the log files keep info at any console level
+        under_node = bool(os.environ.get(NODE_PID_ENV)) and args.log_level == "info"
+        level = "warning" if under_node else args.log_level
+        configure_logging(level, log_dir, run=cfg.run, node=args.node)
         die_with_node()  # a role of a node supervisor: its node's death is a drain
         try:
             supervisor = Supervisor(cfg, roles, node=args.node, fresh=fresh, run_lock=run_lock)

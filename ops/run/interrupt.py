@@ -26,8 +26,14 @@ log = structlog.get_logger(__name__)
 NODE_PID_ENV = "AGENTRL_NODE_PID"
 """Set in every role's environment: the pid of the node supervisor that started it."""
 
+CONSOLE_ROLE_ENV = "AGENTRL_CONSOLE_ROLE"
+"""Set by a node supervisor in every role's environment: the one role of the node that
+prints the progress line (the learner where the node has it, else the controller, else
+its first role); the others keep theirs to their logs."""
+
 __all__ = [
     "ABORT_EXIT",
+    "CONSOLE_ROLE_ENV",
     "LEARNER_STOP_TIMEOUT",
     "NODE_PID_ENV",
     "STILL_WAITING",

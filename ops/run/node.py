@@ -50,7 +50,14 @@ from pathlib import Path
 
 import structlog
 
-from .interrupt import ABORT_EXIT, LEARNER_STOP_TIMEOUT, NODE_PID_ENV, STILL_WAITING, say
+from .interrupt import (
+    ABORT_EXIT,
+    CONSOLE_ROLE_ENV,
+    LEARNER_STOP_TIMEOUT,
+    NODE_PID_ENV,
+    STILL_WAITING,
+    say,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -113,6 +120,10 @@ class NodeSupervisor:
         """The role that exited with FATAL_EXIT, if one did."""
         self.signals = 0
         """SIGINT/SIGTERM received: the first drains, the second aborts every role."""
+        self.console_role = next(
+            (r for r in ("learner", "controller") if r in self._roles), next(iter(self._roles))
+        )
+        """The role whose process prints the node's progress line (`CONSOLE_ROLE_ENV`)."""
 
     def run(self, *, install_signals: bool = True) -> int:
         """Start every role and supervise them until all have exited."""
@@ -172,7 +183,11 @@ class NodeSupervisor:
     # --- internals -----------------------------------------------------------------
 
     def _start(self, role: _Role) -> None:
-        env = {**(os.environ if self._env is None else self._env), NODE_PID_ENV: str(os.getpid())}
+        env = {
+            **(os.environ if self._env is None else self._env),
+            NODE_PID_ENV: str(os.getpid()),
+            CONSOLE_ROLE_ENV: self.console_role,
+        }
         role.process = subprocess.Popen(role.argv, env=env, start_new_session=True)
         if role.name in self._affinity:  # before it starts threads: they inherit the mask
             os.sched_setaffinity(role.process.pid, self._affinity[role.name])
@@ -214,6 +229,10 @@ class NodeSupervisor:
         role.restart_at = time.monotonic() + role.delay
         role.restarts += 1
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        say(
+            f"{role.name} stopped ({how}); restarting it in {role.delay:g} s "
+            f"(restart {role.restarts}; its log: logs/{self.node}/)"
+        )
         log.warning(
             "role died; restarting",
             node=self.node,

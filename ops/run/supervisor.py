@@ -7,6 +7,7 @@ arguments; actors never see the config object.
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import sys
 import threading
@@ -46,7 +47,7 @@ from agentrl.trainer import LearnerBackend, checkpoint_digest, load_tokenizer, r
 from ..config.schema import RunConfig
 from ..sft.warm_start import read_warm_start
 from .engines import megatron_backend, node_torch_threads, torch_backend
-from .interrupt import LEARNER_STOP_TIMEOUT, Interrupts, stop_actor
+from .interrupt import CONSOLE_ROLE_ENV, LEARNER_STOP_TIMEOUT, Interrupts, stop_actor
 from .node import FATAL_EXIT
 from .preflight import check_models
 from .progress import EpisodeTally, Progress, format_summary
@@ -331,6 +332,13 @@ class Supervisor:
 
     # --- watching ----------------------------------------------------------------------
 
+    @property
+    def prints_progress(self) -> bool:
+        """Whether this process prints the progress line: always on its own, and under a
+        node supervisor only as the node's console role (`CONSOLE_ROLE_ENV`)."""
+        console = os.environ.get(CONSOLE_ROLE_ENV)
+        return console is None or console in self.roles
+
     def _watch(self, progress_every: float) -> bool:
         """Wait for done; return True when an actor died."""
         next_progress = time.monotonic() + progress_every
@@ -343,7 +351,8 @@ class Supervisor:
                 next_progress += progress_every
                 with self._metrics_lock:
                     metrics = dict(self.last_metrics)
-                self._progress.print_line(metrics)
+                if self.prints_progress:
+                    self._progress.print_line(metrics)
         return False
 
     def stop(self) -> None:

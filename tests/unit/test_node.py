@@ -317,3 +317,46 @@ def test_a_fatal_exit_while_the_node_drains_still_makes_the_node_exit_2(tmp_path
     )
     assert node.run(install_signals=False) == 2
     assert node.fatal == "learner"
+
+
+def test_each_restart_is_said_once_on_the_console(tmp_path, capfd):
+    script = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); n = len(p.read_text()) "
+        "if p.exists() else 0; p.write_text('x' * (n + 1)); sys.exit(0 if n >= 2 else 3)"
+    )
+    node = _node(tmp_path, {"flaky": [PY, "-c", script, str(tmp_path / "runs")]})
+    assert node.run(install_signals=False) == 0
+    said = [x for x in capfd.readouterr().err.splitlines() if x.startswith("agentrl-supervisor:")]
+    assert said == [
+        "agentrl-supervisor: flaky stopped (exit code 3); restarting it in 0.1 s "
+        "(restart 1; its log: logs/n1/)",
+        "agentrl-supervisor: flaky stopped (exit code 3); restarting it in 0.2 s "
+        "(restart 2; its log: logs/n1/)",
+    ]
+
+
+def test_one_role_of_a_node_prints_the_progress_line(tmp_path, monkeypatch):
+    from agentrl.ops.run.interrupt import CONSOLE_ROLE_ENV
+    from agentrl.ops.run.supervisor import Supervisor
+
+    show = "import os, sys; open(sys.argv[1], 'w').write(os.environ['AGENTRL_CONSOLE_ROLE'])"
+    roles = {r: [PY, "-c", show, str(tmp_path / r)] for r in ("sampler", "learner", "rollout")}
+    node = _node(tmp_path, roles)
+    assert node.console_role == "learner"
+    assert node.run(install_signals=False) == 0
+    assert {(tmp_path / r).read_text() for r in roles} == {"learner"}  # every role is told
+    assert _node(tmp_path, {"rollout": ["true"], "controller": ["true"]}).console_role == (
+        "controller"
+    )
+    assert _node(tmp_path, {"sampler": ["true"], "rollout": ["true"]}).console_role == "sampler"
+
+    class Role:  # what prints_progress reads of a Supervisor
+        prints_progress = Supervisor.prints_progress
+
+        def __init__(self, roles):
+            self.roles = roles
+
+    monkeypatch.delenv(CONSOLE_ROLE_ENV, raising=False)
+    assert Role(("rollout",)).prints_progress  # a process of its own: always
+    monkeypatch.setenv(CONSOLE_ROLE_ENV, "learner")
+    assert Role(("learner",)).prints_progress and not Role(("rollout",)).prints_progress
