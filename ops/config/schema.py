@@ -253,7 +253,7 @@ class LearnerConfig:
     policy and the reference, the same gradients as per row (trainer/_shared_prefix.py);
     Llama/Qwen2/Mistral models without gradient checkpointing, else off. null (default): on
     when the learner runs on the CPU, off on GPUs (measured slower on an H100 for SmolLM2:
-    README "On GPUs")."""
+    docs/gpus.md)."""
     dedup_rows: bool = True
     """torch backend: rows of a batch alike token for token (a sharp policy samples the same
     episode more than once) are forwarded once for the policy and the reference, each copy
@@ -264,7 +264,7 @@ class LearnerConfig:
     device: str = "cpu"
     """Where the learner computes: `cpu`, `cuda`, `cuda:N` or `auto` (CUDA when torch sees
     one). The megatron backend puts rank r on GPU r of its node. Sampler pools use the same
-    device unless `pools.<name>.device` says otherwise (README "On GPUs")."""
+    device unless `pools.<name>.device` says otherwise (docs/gpus.md)."""
     dtype: str = "float32"
     """Weights and compute dtype of the learner, and of every sampler engine (float32,
     bfloat16 or float16; docs/engines.md "dtype")."""
