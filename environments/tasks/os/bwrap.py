@@ -14,9 +14,11 @@ on a descriptor (`JUDGE_FD`), the judge's view; every command enters them with
 `CAPS` with the judge view's ``setpriv`` (so the agent cannot hand a program of its own
 the full set), ``chroot``s into the agent's view and runs under `WRAPPER`, in a cgroup
 of its own (`SessionCgroups`): at its time limit every process it started, ``setsid``
-ones included, is killed. A judge (`judge`) runs in the judge's view with its output
-read straight from its pipe. Closing kills the init (the kernel then kills every
-process of the pid namespace), every process left in the cgroups; the tmpfs goes with
+ones included, is killed. A judge (`judge`) runs in the judge's view through
+`guard.GUARD` (no process it starts can trace it or write its memory), with its output
+read straight from its pipe, and every process it started is killed when it ends.
+Closing kills the init (the kernel then kills every process of the pid namespace),
+every process left in the cgroups; the tmpfs goes with
 the last of them, and the template directory on the host is removed.
 
 Requires root on the host, user namespaces and id-mapped mounts (Linux 5.12+; overlayfs
@@ -45,6 +47,7 @@ import structlog
 
 from agentrl.environments.tasks.os import launch
 from agentrl.environments.tasks.os.cgroups import SessionCgroups
+from agentrl.environments.tasks.os.guard import caps_mask, guarded
 from agentrl.environments.tasks.os.layout import (
     CAPS,
     JUDGE_FD,
@@ -171,9 +174,10 @@ class BwrapSandbox:
         caps = ",".join(f"+{c}" for c in CAPS)
         enter = ["nsenter", "-t", str(self._pid), "-U", "-m", "-u", "-i", "-n", "-p"]
         enter += [f"--root={view}", f"--wd={view}/root"]
-        if judge:  # sys_ptrace: a capability no agent process has, so none can trace it
-            drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_ptrace"]
-            return [*enter, *drop, "--", _ENV, "-i", f"PATH={JUDGE_PATH}", *_BASE_ENV, *argv]
+        if judge:  # sys_admin for `guard.GUARD` alone, which drops it before the judge runs
+            drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_admin"]
+            clean = [_ENV, "-i", f"PATH={JUDGE_PATH}", *_BASE_ENV]
+            return [*enter, *drop, "--", *clean, *guarded(list(argv), caps_mask(CAPS))]
         drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_chroot"]
         into = [_CHROOT, "/proc/1/root", _ENV, "-i", "-C", "/root", f"PATH={PATH}", *_BASE_ENV]
         into += env

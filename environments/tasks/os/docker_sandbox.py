@@ -12,8 +12,9 @@ its own user namespace (``auto``: root inside is an unprivileged id outside) and
 empty ``/proc/tty/driver``;
 ``/proc/sys`` is read-only in a container by default.
 
-A judge (`judge`) runs its interpreter by absolute path with a clean environment and
-`JUDGE_PATH`, its output (stdout; stderr apart) read from the exec: shadowing through ``PATH``,
+A judge (`judge`) runs its interpreter by absolute path through `guard.GUARD` (nothing
+it starts can ``ptrace`` it) with a clean environment and `JUDGE_PATH`, its output
+(stdout; stderr apart) read from the exec: shadowing through ``PATH``,
 ``BASH_ENV``/``ENV``, shell start-up files or Python's user site does not reach it.
 The container's programs are the agent's to rewrite, though: before and after a judge
 runs, `container_judge.changed_programs` compares what the container changed under the
@@ -33,6 +34,7 @@ import docker.errors
 import structlog
 
 from agentrl.environments.tasks.os.container_judge import changed_programs
+from agentrl.environments.tasks.os.guard import guarded
 from agentrl.environments.tasks.os.sandbox import (
     DEFAULT_IMAGE,
     JUDGE_PATH,
@@ -158,7 +160,9 @@ class DockerSandbox:
         rewrite), refused when the agent changed the image's programs (`_tampered`).
         The container's ``/usr`` is the agent's to write: see the module doc."""
         clean = ["/usr/bin/env", "-i", f"PATH={JUDGE_PATH}", "HOME=/root", "LANG=C.UTF-8"]
-        command = [*clean, "timeout", "-k", "1", f"{max(timeout, 0.1):g}", *argv]
+        limit = ["timeout", "-k", "1", f"{max(timeout, 0.1):g}"]
+        # an exec holds no CAP_SYS_ADMIN: the guard keeps the exec's capabilities as they are
+        command = [*clean, *limit, *guarded(list(argv), 0)]
         if refused := self._tampered():
             return refused
         began = time.monotonic()
