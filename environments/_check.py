@@ -30,10 +30,12 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from agentrl.environments._protocol import EnvError, Environment, Status
+from agentrl.environments._guard import reward_problem
+from agentrl.environments._protocol import EnvError, Environment, Start, Status, Step, reward_range
 from agentrl.environments._toolcalls import call_arguments, call_text
 from agentrl.environments.tasks.calculator.task import CalculatorTask
 from agentrl.environments.tasks.db.task import DBTask, ItemError
@@ -89,7 +91,12 @@ class CheckReport:
     instances: int = 0
     successes: int = 0
     failures: list[str] = field(default_factory=list)
-    """One line per failed or unrunnable instance, with the reason."""
+    """One line per failed or unrunnable instance, with the reason (partial rewards aside)."""
+    partial: list[float] = field(default_factory=list)
+    """Rewards strictly between 0 and 1 of completed episodes: summarised, not listed."""
+    violations: list[str] = field(default_factory=list)
+    """Broken contract, one line each: a call that raised, a wrong type, a reward that is
+    not a finite number in the task's range, a slow call (`agentrl-env check` exits 2)."""
 
     @property
     def success_rate(self) -> float:
@@ -100,40 +107,68 @@ class CheckReport:
             f"task {self.task}, agent {self.agent}: {self.successes}/{self.instances} "
             f"succeeded ({self.success_rate:.3f})"
         ]
+        if self.partial:
+            lines.append(
+                f"  partial rewards: {len(self.partial)} instance(s), mean "
+                f"{sum(self.partial) / len(self.partial):.3f}, min {min(self.partial):g}, "
+                f"max {max(self.partial):g}"
+            )
+        lines += [f"  contract: {line}" for line in self.violations[:SHOWN]]
+        if len(self.violations) > SHOWN:
+            lines.append(f"  contract: ... and {len(self.violations) - SHOWN} more")
         lines += [f"  {line}" for line in self.failures]
         return "\n".join(lines)
 
 
-def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckReport:
-    """Play every instance of ``env`` with the ``agent`` script; see the module doc."""
+SHOWN = 20
+"""Contract violations listed in `CheckReport.format`; the rest are counted."""
+SLOW_CALL = 10.0
+"""Seconds after which one ``start`` or ``interact`` call is reported as slow."""
+
+
+def check(
+    task: str, env: Environment, agent: str, *, seed: int = 0, slow: float = SLOW_CALL
+) -> CheckReport:
+    """Play every instance of ``env`` with the ``agent`` script; see the module doc. A task
+    call that raises (other than `EnvError` at start, the task's word on a bad item),
+    returns the wrong type, a reward that is not a finite number in the task's
+    `reward_range`, or takes longer than ``slow`` seconds is a contract violation
+    (`CheckReport.violations`), never an exception out of here."""
     scripts = scripts_for(task, env)
     if agent not in AGENTS:
         raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {agent!r}")
     rng = random.Random(seed)
     report = CheckReport(task=task, agent=agent)
+    bounds = reward_range(env)
     for index in range(env.num_instances):
         report.instances += 1
         try:
-            start = env.start(index)
+            start = _timed(
+                report, slow, f"instance {index}: start", lambda index=index: env.start(index)
+            )
         except (ItemError, EnvError) as exc:
             report.failures.append(f"instance {index}: cannot start: {exc}")
             continue
+        except Exception as exc:  # the task's code broke: a violation, named, not raised
+            report.violations.append(f"instance {index}: start raised {_named(exc)}")
+            continue
+        if not isinstance(start, Start):
+            report.violations.append(
+                f"instance {index}: start returned {type(start).__name__}, not Start"
+            )
+            continue
         calls = (teacher_of(scripts) if agent == "teacher" else scripts[agent])(env, index, rng)
-        status, reward, transcript = Status.RUNNING, 0.0, []
-        for n, call in enumerate(calls):
-            step = env.interact(start.session, agent_message(call))
-            said = repr(call) if isinstance(call, str) else _said(call)
-            transcript.append(said)
-            transcript += [f"-> {m.content[:120]}" for m in step.messages]
-            if step.finish:
-                status, reward = step.status, step.reward
-                break
-            if n > 50:
-                raise RuntimeError(f"{task} {agent}: script did not end instance {index}")
-        else:
-            env.cancel(start.session)
-        if status == Status.COMPLETED and reward >= 1.0:
+        outcome = _play(env, index, start, calls, report, slow)
+        if outcome is None:
+            continue
+        status, reward, transcript = outcome
+        problem = reward_problem(reward, bounds)
+        if problem is not None:
+            report.violations.append(f"instance {index}: {problem}")
+        elif status == Status.COMPLETED and reward >= 1.0:
             report.successes += 1
+        elif status == Status.COMPLETED and reward > 0.0:
+            report.partial.append(float(reward))
         else:
             what = _describe(env, index)
             report.failures.append(
@@ -141,6 +176,59 @@ def check(task: str, env: Environment, agent: str, *, seed: int = 0) -> CheckRep
                 + " ".join(transcript)[:400]
             )
     return report
+
+
+def _play(env, index, start, calls, report, slow):
+    """Drive one scripted episode; ``(status, reward, transcript)``, or None after a
+    violation (reported)."""
+    status, reward, transcript = Status.RUNNING, 0.0, []
+    for n, call in enumerate(calls):
+        where = f"instance {index}, turn {n}"
+        try:
+            step = _timed(
+                report, slow, f"{where}: interact",
+                lambda call=call: env.interact(start.session, agent_message(call)),
+            )  # fmt: skip
+        except Exception as exc:  # the script is the oracle's: any exception is the task's
+            report.violations.append(f"{where}: interact raised {_named(exc)}")
+            _cancel(env, start, where, report)
+            return None
+        if not isinstance(step, Step) or not isinstance(step.status, Status):
+            got = type(step).__name__ if not isinstance(step, Step) else repr(step.status)
+            report.violations.append(f"{where}: interact returned {got}, not a Step with a Status")
+            _cancel(env, start, where, report)
+            return None
+        said = repr(call) if isinstance(call, str) else _said(call)
+        transcript.append(said)
+        transcript += [f"-> {str(getattr(m, 'content', m))[:120]}" for m in step.messages]
+        if step.finish:
+            return step.status, step.reward, transcript
+        if n > 50:
+            report.violations.append(f"instance {index}: the {report.agent} script did not end it")
+            break
+    _cancel(env, start, f"instance {index}", report)
+    return status, reward, transcript
+
+
+def _timed(report: CheckReport, slow: float, what: str, fn):
+    t0 = time.monotonic()
+    try:
+        return fn()
+    finally:
+        took = time.monotonic() - t0
+        if took > slow:
+            report.violations.append(f"{what} took {took:.1f} s (more than {slow:g} s)")
+
+
+def _cancel(env: Environment, start: Start, where: str, report: CheckReport) -> None:
+    try:
+        env.cancel(start.session)
+    except Exception as exc:  # cancel must be quiet: name what it raised
+        report.violations.append(f"{where}: cancel raised {_named(exc)}")
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def scripts_for(task: str, env: Environment) -> dict[str, Callable[..., Actions]]:

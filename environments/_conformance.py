@@ -167,6 +167,9 @@ def _start(env: Environment, index: int, report: ConformanceReport) -> Start | N
     except EnvError as exc:  # SampleError and kin: the task's own word on a bad instance
         report.add("start", f"instance {index}: {type(exc).__name__}: {exc}")
         return None
+    except Exception as exc:  # the task's code broke: a violation, named, never a traceback
+        report.add("start", f"instance {index}: start raised {type(exc).__name__}: {exc}"[:300])
+        return None
     if not isinstance(start, Start):
         report.add("start", f"instance {index}: returned {type(start).__name__}, not Start")
         return None

@@ -11,7 +11,9 @@
 task-agnostic random agent, then the task's own random agent where it has one.
 
 Exit status: 0 when the check ran (whatever the success rate), 1 when the protocol
-contract found violations, 2 for bad arguments or unreadable data.
+contract found violations, 2 for bad arguments, unreadable data, or a task whose scripted
+agent met a broken contract (a call that raised, a wrong type, a reward that is not a finite
+number in range, a slow call; each named on its own line).
 """
 
 from __future__ import annotations
@@ -151,7 +153,10 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
             print(contract.format())
         scripts = scripted_agents(args.task, env)
         if args.agent in scripts or (args.agent == "teacher" and teacher_of(scripts)):
-            print(check(args.task, env, args.agent, seed=args.seed).format())
+            report = check(args.task, env, args.agent, seed=args.seed)
+            print(report.format())
+            if report.violations:
+                return 2
         elif contract is None:
             print(
                 f"agentrl-env: task {args.task} has no {args.agent} agent (CHECK_AGENTS in its "

@@ -26,8 +26,9 @@ class FlakyCalculator:
         block_at: int = 0,
         reward: object = None,
         levels: tuple[int, ...] = (1,),
+        num_instances: int = 10_000,
     ) -> None:
-        self.inner = CalculatorTask(levels=list(levels))
+        self.inner = CalculatorTask(levels=list(levels), num_instances=num_instances)
         self._calls = itertools.count()
         self._lock = threading.Lock()
         self._raise = (raise_every, raise_at)
@@ -41,6 +42,9 @@ class FlakyCalculator:
     @property
     def num_instances(self):
         return self.inner.num_instances
+
+    def problem(self, index):  # what the calculator's scripted oracle reads
+        return self.inner.problem(index)
 
     def _maybe_break(self) -> None:
         with self._lock:

@@ -266,3 +266,50 @@ def test_a_task_metric_outside_env_is_warned_about_once():
             _warn_dropped_metrics(task, {"turns": 1.0, "env/turns": 1.0, "success": 1.0})
     dropped = [e for e in logs if e["event"].startswith("task metric dropped")]
     assert [(e["task"], e["key"]) for e in dropped] == [(task, "turns")]
+
+
+# --- agentrl-env check: every violation named, exit 2, never a traceback ------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"raise_every": 1}, "contract: instance 0: start raised RuntimeError: flaky call 0"),
+        ({"raise_every": 2, "raise_at": 1}, "interact raised RuntimeError: flaky call 1"),
+        ({"reward": "0.5"}, "reward '0.5' is a str, not a number"),
+        ({"reward": math.nan}, "reward nan is not finite"),
+        ({"reward": 7.0}, "reward 7.0 is outside the declared range [0, 1]"),
+    ],
+)
+def test_the_check_names_each_broken_contract_and_exits_2(monkeypatch, capsys, options, says):
+    from agentrl.environments import _check
+    from agentrl.ops.cli import agentrl_env
+
+    monkeypatch.setitem(
+        _registry._factories, "checked-flaky", lambda: FlakyCalculator(num_instances=20, **options)
+    )
+    monkeypatch.setitem(_check._SCRIPTS, "checked-flaky", _check._SCRIPTS["calculator"])
+    assert agentrl_env.main(["check", "--task", "checked-flaky", "--agent", "oracle"]) == 2
+    out = capsys.readouterr()
+    assert says in out.out and "Traceback" not in out.out + out.err
+
+
+def test_the_check_names_a_slow_call():
+    from agentrl.environments._check import check
+
+    env = FlakyCalculator(num_instances=2)
+    real = env.start
+    env.start = lambda index: (time.sleep(0.05), real(index))[1]
+    report = check("calculator", env, "oracle", slow=0.01)
+    assert report.violations[0].startswith("instance 0: start took ")
+
+
+def test_partial_rewards_are_summarised_not_listed():
+    from agentrl.environments._check import check
+
+    env = FlakyCalculator(reward=0.5, num_instances=40)
+    report = check("calculator", env, "oracle")
+    assert report.failures == [] and len(report.partial) == 40
+    assert report.format().splitlines()[1] == (
+        "  partial rewards: 40 instance(s), mean 0.500, min 0.5, max 0.5"
+    )
