@@ -13,7 +13,8 @@ the KL reference. Here the rows of one group share it:
    each (`GroupPrefixes`: once per update and model);
 3. the rows' continuations run on that cache at positions ``s ..`` with the full
    attention mask, and the LM head runs at each row's own trained targets
-   (`_scoring.Kept`).
+   (`_scoring.Kept`), chunk by chunk (`_scoring.score`) from the final hidden states
+   there, which the groups' pieces assemble (`shared_outputs_at`).
 
 The cached keys and values carry their autograd history, so the backward pass sends
 each member's gradient into the one prefix computation, summed over the members: the
@@ -47,7 +48,7 @@ from __future__ import annotations
 import torch
 
 from ._batch import TrainBatch, _cut
-from ._scoring import HEAD_ONLY_TYPES, Kept, body_and_head, logits_at, slices_logits
+from ._scoring import HEAD_ONLY_TYPES, AtTargets, Kept, body_and_head, hidden_at, slices_logits
 
 __all__ = [
     "GroupPrefixes",
@@ -57,6 +58,7 @@ __all__ = [
     "group_micro_batches",
     "share_lengths",
     "shared_logits_at",
+    "shared_outputs_at",
 ]
 
 SHARED_TYPES = HEAD_ONLY_TYPES
@@ -189,9 +191,26 @@ def shared_logits_at(
     autocast: bool = False,
     prefixes: GroupPrefixes | None = None,
 ) -> torch.Tensor:
-    """``[N, V]`` logits of ``model`` on ``micro`` at the ``kept`` targets, each group's
-    shared prefix computed once (`_scoring.logits_at`'s result, shared work): once per
-    update with ``prefixes`` (`GroupPrefixes`), else once in this micro-batch."""
+    """``[N, V]`` logits of ``model`` on ``micro`` at the ``kept`` targets, all at once
+    (`shared_outputs_at`, then the head)."""
+    return shared_outputs_at(
+        model, micro, kept, device, autocast=autocast, prefixes=prefixes
+    ).logits()
+
+
+def shared_outputs_at(
+    model: torch.nn.Module,
+    micro: TrainBatch,
+    kept: Kept,
+    device: torch.device,
+    *,
+    autocast: bool = False,
+    prefixes: GroupPrefixes | None = None,
+) -> AtTargets:
+    """``[N, H]`` final hidden states of ``model`` on ``micro`` at the ``kept`` targets and
+    its head, each group's shared prefix computed once (`_scoring.outputs_at`'s result,
+    shared work): once per update with ``prefixes`` (`GroupPrefixes`), else once in this
+    micro-batch."""
     from transformers import DynamicCache
 
     if prefixes is None:
@@ -200,7 +219,7 @@ def shared_logits_at(
     ids = micro.input_ids.to(device)
     mask = micro.attention_mask.to(device)
     lengths = micro.attention_mask.sum(dim=1)
-    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # indices into kept, their logits
+    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # indices into kept, their states
     alone: list[torch.Tensor] = []  # rows of groups without a prefix worth sharing
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         for group in torch.unique(micro.group_index).tolist():
@@ -231,19 +250,18 @@ def shared_logits_at(
                 past_key_values=cache,
                 use_cache=True,
             ).last_hidden_state
-            pieces.append((index, head(hidden[local.rows, local.cols - s])))
-    if alone:  # one batched forward for all of them, as without sharing
-        rows = torch.cat(alone)
-        index, local = kept.of_rows(rows, micro.num_rows)
-        width = max(1, int(lengths[rows].max()))
-        logits = logits_at(model, micro.select(rows, width), local, device, autocast=autocast)
-        pieces.append((index, logits))
+            pieces.append((index, hidden[local.rows, local.cols - s]))
+        if alone:  # one batched forward for all of them, as without sharing
+            rows = torch.cat(alone)
+            index, local = kept.of_rows(rows, micro.num_rows)
+            width = max(1, int(lengths[rows].max()))
+            pieces.append((index, hidden_at(model, micro.select(rows, width), local, device)))
     if not pieces:
-        raise ValueError("shared_logits_at: no kept target in the micro-batch")
+        raise ValueError("shared_outputs_at: no kept target in the micro-batch")
     out = pieces[0][1].new_empty((kept.count, pieces[0][1].shape[-1]))
-    for index, logits in pieces:
-        out[index] = logits
-    return out
+    for index, values in pieces:
+        out[index] = values
+    return AtTargets(out, head, autocast)
 
 
 def group_micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:

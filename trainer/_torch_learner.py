@@ -18,7 +18,7 @@ from ._batch import TrainBatch, micro_batch_rows
 from ._device import resolve_device
 from ._digest import checkpoint_digest
 from ._distinct_rows import MicroBatch, distinct_rows, paired_micro_batches
-from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss, token_entropy
+from ._grpo import LOSS_SUMS, k3_kl, ppo_clip_loss
 from ._learner_state import (
     load_optimizer_state,
     remove_newer_states,
@@ -30,9 +30,9 @@ from ._lora import LoraSpec
 from ._lora_policy import load_policy, save_adapter
 from ._memory import release_freed_memory
 from ._models import load_causal_lm
-from ._scoring import Kept, logits_at, target_logprobs, trained_positions
+from ._scoring import AtTargets, Kept, outputs_at, target_scores, trained_positions
 from ._sft import check_objective, sft_gradients
-from ._shared_prefix import GroupPrefixes, can_share, group_micro_batch_rows, shared_logits_at
+from ._shared_prefix import GroupPrefixes, can_share, group_micro_batch_rows, shared_outputs_at
 
 __all__ = ["TorchLearner"]
 
@@ -301,10 +301,11 @@ class TorchLearner:
                 continue
             mask = micro.loss_mask.to(self.device)
             keep = trained_positions(pair.compute, self.device)
-            logits = self._logits(self.compute, pair.compute, keep, own)
-            logp = pair.spread(
-                target_logprobs(logits, pair.compute, keep, self.temperature, self.device)
+            at = self._outputs(self.compute, pair.compute, keep, own)
+            logp, entropy = target_scores(  # entropy: [N], no gradient
+                at, pair.compute, keep, self.temperature, self.device, entropy=True
             )
+            logp = pair.spread(logp)
             old_logp = micro.old_logprobs.to(self.device)
             adv = micro.advantages.to(self.device)
             pg, stats = ppo_clip_loss(  # proximal policy = these weights (one step per batch)
@@ -321,12 +322,7 @@ class TorchLearner:
             loss_sum = pg_sum
             if self.use_kl:
                 with torch.no_grad():
-                    ref_logits = self._reference_logits(pair.compute, keep, ref)
-                    ref_logp = pair.spread(
-                        target_logprobs(
-                            ref_logits, pair.compute, keep, self.temperature, self.device
-                        )
-                    )
+                    ref_logp = pair.spread(self._reference_logprobs(pair.compute, keep, ref))
                 kl_sum = (k3_kl(logp, ref_logp) * mask).sum()
                 loss_sum = loss_sum + self.kl_coef * kl_sum
                 sums["kl"] += kl_sum.detach().item()
@@ -341,7 +337,6 @@ class TorchLearner:
                 sums["n_cur"] += (mask * current).sum().item()
                 # [N]: every kept target is a trained one (`trained_positions`), each
                 # standing for its row's copies too
-                entropy = token_entropy(logits.detach(), self.temperature)
                 weight = pair.multiplicity().to(self.device)[keep.rows]
                 sums["entropy"] += (entropy * weight).sum().item()
             # stats are token means over the micro-batch: weight them back to sums.
@@ -374,29 +369,32 @@ class TorchLearner:
             metrics["learner/kl"] = sums["kl"] / denom
         return metrics
 
-    def _logits(
+    def _outputs(
         self,
         model: torch.nn.Module,
         micro: TrainBatch,
         keep: Kept,
         prefixes: GroupPrefixes | None = None,
-    ):
-        """``[N, V]`` logits at the ``keep`` targets: each group's prompt once with
-        ``share_prefix`` (once per update with ``prefixes``)."""
+    ) -> AtTargets:
+        """The outputs at the ``keep`` targets, scored chunk by chunk (`._scoring.score`):
+        each group's prompt once with ``share_prefix`` (once per update with ``prefixes``)."""
         if self.share_prefix:
-            return shared_logits_at(
+            return shared_outputs_at(
                 model, micro, keep, self.device, autocast=self.autocast, prefixes=prefixes
             )
-        return logits_at(model, micro, keep, self.device, autocast=self.autocast)
+        return outputs_at(model, micro, keep, self.device, autocast=self.autocast)
 
-    def _reference_logits(
+    def _reference_logprobs(
         self, micro: TrainBatch, keep: Kept, prefixes: GroupPrefixes | None = None
-    ):
-        """The KL reference's logits: the frozen copy, or with lora the base itself."""
+    ) -> torch.Tensor:
+        """``[b, l]`` logprobs under the KL reference: the frozen copy, or with lora the base
+        itself (its head too run with the adapters off)."""
         if self._peft is None:
-            return self._logits(self.reference, micro, keep, prefixes)
+            at = self._outputs(self.reference, micro, keep, prefixes)
+            return target_scores(at, micro, keep, self.temperature, self.device)[0]
         with self._peft.disable_adapter():
-            return self._logits(self.model, micro, keep, prefixes)
+            at = self._outputs(self.model, micro, keep, prefixes)
+            return target_scores(at, micro, keep, self.temperature, self.device)[0]
 
     def _refresh_compute(self) -> None:
         """bf16_compute: the bfloat16 copy takes the masters' weights, once per update, and
@@ -437,8 +435,8 @@ class TorchLearner:
             rows = torch.arange(start, min(start + per_chunk, batch.num_rows))
             micro = batch.select(rows)
             keep = trained_positions(micro, self.device)
-            logits = logits_at(self.compute, micro, keep, self.device, autocast=self.autocast)
-            logp = target_logprobs(logits, micro, keep, self.temperature, self.device)
+            at = outputs_at(self.compute, micro, keep, self.device, autocast=self.autocast)
+            logp, _ = target_scores(at, micro, keep, self.temperature, self.device)
             out[rows] = logp.float().cpu() * micro.loss_mask
         return out
 

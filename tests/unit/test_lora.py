@@ -14,6 +14,7 @@ import torch
 from agentrl.actors.engines.base import WeightsMismatch
 from agentrl.actors.engines.torch import TorchEngine
 from agentrl.trainer import LoraError, LoraSpec, TorchLearner, build_batch, checkpoint_digest
+from agentrl.trainer._grpo import token_logprobs
 from agentrl.trainer._lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, merged_state
 from agentrl.trainer._models import load_causal_lm
 from agentrl.trainer._scoring import Kept
@@ -77,10 +78,10 @@ def test_the_policy_starts_as_the_base_and_the_kl_reference_is_the_base(model_di
     # the policy moved away from the base, and the KL term measures it against the base
     assert (learner.logprobs(batch) - full.logprobs(batch))[mask].abs().max() > 1e-3
     rows, cols = torch.ones_like(batch.input_ids).nonzero(as_tuple=True)  # every position
-    ref = learner._reference_logits(batch, Kept(rows, cols))
     with torch.no_grad():
+        ref = learner._reference_logprobs(batch, Kept(rows, cols))
         want = full.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    want = want[rows, cols]
+    want = token_logprobs(want, batch.targets(), HYPER["temperature"])
     torch.testing.assert_close(ref, want, atol=1e-5, rtol=1e-5)
     assert learner.accumulate_gradients(on_policy(learner, batch))["learner/kl"] > 1e-6
 

@@ -178,7 +178,8 @@ def test_logits_only_at_trained_positions_give_the_same_update(
     logprobs equal those of logits at every position."""
     from agentrl.trainer import _scoring
 
-    sliced, full = TorchLearner(model_dir), TorchLearner(model_dir)
+    # the full learner unshared: a shared prompt runs the body and the head apart
+    sliced, full = TorchLearner(model_dir), TorchLearner(model_dir, share_prefix=False)
     batch = on_policy(full, make_batch())
     batch = dataclasses.replace(batch, old_logprobs=batch.old_logprobs - 0.1)
     assert batch.input_ids.shape[1] == 12
@@ -195,7 +196,9 @@ def test_logits_only_at_trained_positions_give_the_same_update(
     for hook in hooks:
         hook.remove()
     assert int(batch.loss_mask.sum()) == 20
-    assert seen == [("policy", (20,)), ("reference", (20,)), ("policy", (20,))]  # step, scoring
+    # the step's forward, the reference's, the backward's (`_scoring.score` recomputes each
+    # chunk's logits there), then the scoring
+    assert seen == [("policy", (20,)), ("reference", (20,)), ("policy", (20,)), ("policy", (20,))]
     monkeypatch.setattr(_scoring, "slices_logits", lambda model: False)
     m_full = full.step(batch)
     for key, value in m_full.items():
