@@ -181,15 +181,16 @@ def test_a_run_whose_task_raises_and_blocks_completes_its_updates(tmp_path, monk
     from tests.smoke_helpers import smoke_config
 
     # call n raises when n % 10 == 3 and blocks (forever, until the test ends) when
-    # n % 100 == 5: 10% and 1% of calls, the first block among the first calls
+    # n % 100 == 1: 10% and 1% of calls; the first block is the second call, so its
+    # timeout (0.5 s) comes long before the run's updates are done
     monkeypatch.setitem(
         _registry._factories,
         "flaky-run",
-        lambda: FlakyCalculator(raise_every=10, raise_at=3, block_every=100, block_at=5),
+        lambda: FlakyCalculator(raise_every=10, raise_at=3, block_every=100, block_at=1),
     )
     raw = smoke_config(tmp_path, f"memory://flaky-{uuid.uuid4().hex[:6]}", "flaky", steps=2)
     raw["tasks"] = {"flaky-run": {}}
-    raw["rollout"].update(task_timeout=2.0)
+    raw["rollout"].update(task_timeout=0.5)
     cfg = parse_config(raw)
     with structlog.testing.capture_logs() as logs:
         assert Supervisor(cfg).run(progress_every=3600, install_signals=False) == 0
