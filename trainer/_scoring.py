@@ -32,8 +32,9 @@ its ``[C]`` logprobs are out, and the backward pass computes them again, chunk b
 The head's part of a micro-batch's peak memory is then O(C x V) whatever N is
 (`bench/chunked_scoring.py` measures it), for one more head matrix product per target
 in the backward pass. The logprobs, entropy and gradients are those of the logits taken
-whole (a test holds it). A model whose head cannot run apart hands its ``[N, V]``
-logits to the same chunks.
+whole, up to float32 rounding (a test holds it; under autocast the head's gradient within
+bfloat16's, each chunk's bfloat16 gradient being added in float32). A model whose head
+cannot run apart hands its ``[N, V]`` logits to the same chunks.
 
 With ``autocast`` (``learner.autocast``) the forward runs under ``torch.autocast`` in
 bfloat16: matrix products in bfloat16 (AMX on this CPU, tensor cores on a GPU) from the

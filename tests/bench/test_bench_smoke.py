@@ -55,6 +55,14 @@ FIGURES = {
         r"ratio endpoint / direct requests/s: [\d.]+",
         r"latency overhead p50: [+-][\d.]+ ms",
     ],
+    "chunked_scoring.py": [
+        r"whole logits, N=600: peak RSS \d+ MiB, \+-?\d+ MiB above heads, hidden states and "
+        r"their gradients, [\d.]+ s",
+        r"chunks of 128, N=600: peak RSS \d+ MiB, \+-?\d+ MiB above heads",
+        r"ratio chunks / whole at N=600: peak above held -?[\d.]+, time [\d.]+; logprob sums "
+        r"differ by [\d.e+-]+, entropy sums by [\d.e+-]+",
+        r"chunks, N=600 against N=300: peak above held -?[\d.]+x",
+    ],
     "optimizer_step.py": [
         r"foreach: \d+M parameters, holds \d+ MiB, peak RSS \d+ MiB \(\+\d+ MiB\), \d+ ms per step",
         r"fused: \d+M parameters, holds \d+ MiB, peak RSS \d+ MiB \(\+\d+ MiB\), \d+ ms per step",

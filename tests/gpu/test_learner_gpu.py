@@ -187,3 +187,49 @@ def test_bf16_compute_on_the_device(device, model_dir, tokenizer, tmp_path, repo
     report(bf16_compute_update_rel_diff=diff, bf16_compute_entropy_rel_diff=entropy)
     assert got[0]["learner/kl"] == 0.0  # the copy and the reference hold the same weights
     assert diff < 0.6 and entropy < 2e-2, (diff, entropy, want, got)
+
+
+def test_chunked_scoring_on_the_device_gives_the_update_from_whole_logits(
+    device, model_dir, tokenizer, monkeypatch, report
+):
+    """The trained targets scored in chunks of 100 (`_scoring.score`: the head, float32
+    log-softmax and entropy per chunk, the backward pass computing each chunk's logits
+    again) give the gradient and metrics of ``[N, V]`` logits taken at once, on the device."""
+    from agentrl.trainer import _scoring
+    from agentrl.trainer._grpo import token_entropy, token_logprobs
+
+    def whole_logits(at, targets, temperature, *, entropy=False, chunk=None):
+        logits = at.logits()
+        logp = token_logprobs(logits[None], targets[None], temperature)[0]
+        return logp, (token_entropy(logits.detach(), temperature) if entropy else None)
+
+    batch = synthetic_batch(len(tokenizer), seed=4)
+    assert int(batch.loss_mask.sum()) > 200  # three chunks or more
+    settings = dict(device=device, micro_batch_tokens=4096, **HYPER)
+    cuda = device.startswith("cuda")
+
+    def gradients():
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        learner = TorchLearner(model_dir, **settings)
+        metrics = learner.accumulate_gradients(batch)
+        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+        return metrics, [p.grad.clone() for p in learner.model.parameters()], peak
+
+    monkeypatch.setattr(_scoring, "HEAD_CHUNK_BYTES", 4 * len(tokenizer) * 100)
+    got, got_grads, got_peak = gradients()
+    monkeypatch.setattr(_scoring, "score", whole_logits)
+    want, want_grads, want_peak = gradients()
+    num = sum(
+        float((g - w).double().pow(2).sum()) for g, w in zip(got_grads, want_grads, strict=True)
+    )
+    grad_diff = (num / sum(float(w.double().pow(2).sum()) for w in want_grads)) ** 0.5
+    worst = max(_rel(want[k], got[k]) for k in ("learner/loss", "learner/kl", "learner/entropy"))
+    report(
+        chunked_grad_rel_diff=grad_diff,
+        chunked_metric_rel_diff=worst,
+        chunked_peak_gib=got_peak,
+        whole_logits_peak_gib=want_peak,
+    )
+    assert grad_diff < 1e-4 and worst < 1e-4, (grad_diff, worst)
