@@ -92,7 +92,9 @@ def test_a_hub_name_the_hub_does_not_confirm_is_one_line_and_exit_2_before_anyth
 
 
 @pytest.mark.parametrize("what", ["a directory", "binary"])
-def test_a_config_that_is_no_yaml_file_is_said_without_a_traceback_and_exit_2(tmp_path, capsys, what):
+def test_a_config_that_is_no_yaml_file_is_said_without_a_traceback_and_exit_2(
+    tmp_path, capsys, what
+):
     if what == "a directory":
         path = tmp_path
     else:
