@@ -8,7 +8,6 @@ case it fails."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,12 +19,12 @@ import pytest
 
 from agentrl.environments import Status, make_task
 from agentrl.environments.tasks.db.backend_mysql import KILL_GRACE
-from agentrl.messages import ChatMessage, ToolCall
-from tests.integration.conftest import broker_answers
+from tests.security.mysql_server import MYSQL
+from tests.security.mysql_server import rows as _rows
+from tests.security.mysql_server import say as _say
 
 pytestmark = pytest.mark.integration
 
-MYSQL = "mysql://root@127.0.0.1:3306"
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.0
 
@@ -56,31 +55,6 @@ LONG = [
 ]
 """Statements that would hold the worker's thread for as long as the model likes (the
 test holds the lock ``agentrl_held``)."""
-
-
-@pytest.fixture(scope="module")
-def server():
-    import pymysql
-
-    if not broker_answers("127.0.0.1", 3306):
-        reason = "no MySQL/MariaDB server answers at 127.0.0.1:3306"
-        if os.environ.get("AGENTRL_REQUIRE_MYSQL") == "1":
-            pytest.fail(f"{reason} and AGENTRL_REQUIRE_MYSQL=1")
-        pytest.skip(f"{reason} (set AGENTRL_REQUIRE_MYSQL=1 to make this a failure)")
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
-    yield conn
-    conn.close()
-
-
-def _say(sql: str) -> ChatMessage:
-    call = ToolCall(id="c", name="execute_sql", arguments=json.dumps({"query": sql}))
-    return ChatMessage("assistant", "", [call])
-
-
-def _rows(conn, sql: str, *args) -> list[tuple]:
-    with conn.cursor() as cursor:
-        cursor.execute(sql, args or None)
-        return list(cursor.fetchall())
 
 
 def _running(conn, account: str) -> list[tuple]:
