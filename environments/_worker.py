@@ -149,6 +149,9 @@ class EnvWorker:
         try:
             msg = decode(delivery.body, expect=EnvStart)
         except MessageError as exc:
+            self._log.warning(
+                "malformed message dead-lettered", queue=delivery.queue, reason=str(exc)
+            )
             delivery.dead_letter(str(exc))
             return
         req = msg.payload
@@ -173,6 +176,9 @@ class EnvWorker:
         try:
             msg = decode(delivery.body, expect=(EnvInteract, EnvCancel))
         except MessageError as exc:
+            self._log.warning(
+                "malformed message dead-lettered", queue=delivery.queue, reason=str(exc)
+            )
             delivery.dead_letter(str(exc))
             return
         sid = msg.payload.session_id

@@ -120,6 +120,7 @@ class ServeService:
         try:
             ready = decode(delivery.body, expect=CheckpointReady).payload
         except MessageError as exc:
+            log.warning("malformed message dead-lettered", queue=delivery.queue, reason=str(exc))
             delivery.dead_letter(str(exc))
             return
         self._version = max(self._version, ready.version)

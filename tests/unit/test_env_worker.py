@@ -197,3 +197,35 @@ def test_the_worker_command_reads_the_broker_from_the_environment(run, monkeypat
         stop.set()
         thread.join(10)
     assert result["code"] == 0
+
+
+def test_poison_on_the_worker_queues_is_dead_lettered_with_one_log_line_each(run):
+    """Issue 50: poison on the env queues was dead-lettered without a word in the log."""
+    import structlog
+
+    from agentrl.environments._remote import task_queue, worker_queue
+    from agentrl.messages import Topology
+
+    run, client = run
+    with structlog.testing.capture_logs() as logs:
+        worker = _worker(run, "w1")
+        try:
+            client.publish("", task_queue(run, "db"), b"\xc1 not a start").result(5)
+            client.publish("", worker_queue(run, "w1"), b"\xc1 not a message").result(5)
+            dead, got = [], threading.Event()
+
+            def take(delivery):
+                dead.append(bytes(delivery.body))
+                delivery.ack()
+                if len(dead) == 2:
+                    got.set()
+
+            client.consume(Topology(run).dead, take, prefetch=10)
+            assert got.wait(10), dead
+        finally:
+            worker.close()
+    said = [e for e in logs if e["event"] == "malformed message dead-lettered"]
+    assert sorted(e["queue"] for e in said) == sorted(
+        [task_queue(run, "db"), worker_queue(run, "w1")]
+    )
+    assert all("not valid msgpack" in e["reason"] for e in said)
