@@ -121,7 +121,15 @@ class AmqpTransport:
             resolve(self._link.opened, error=failure)
             self._link.state = "closed"
         else:
-            self._ioloop.start()
+            try:
+                self._ioloop.start()
+            except AssertionError as error:
+                # pika asserts when a connection workflow it is still running (a broker
+                # that accepted TCP and never answered) is aborted by our own close: the
+                # caller already has its BrokerUnavailable, this is not news
+                if not self._closing:
+                    raise
+                self._log.debug("connection attempt aborted by close", error=repr(error))
         self._ioloop.close()
 
     def _submit(self, call: Callable[[], None]) -> None:

@@ -4,6 +4,8 @@ line (exit 2 for what a retry cannot fix) unless --debug asks for the traceback.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -104,3 +106,45 @@ def test_a_config_that_is_no_yaml_file_is_said_without_a_traceback_and_exit_2(
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(path) in err  # a config error's list, as for YAML's
     assert ("a directory" if what == "a directory" else "not text (UTF-8)") in err
+
+
+def test_a_broker_that_accepts_and_never_answers_is_one_line_and_exit_2(tmp_path):
+    """Issue 50: the right line came after a 45-line traceback from pika's I/O thread."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:  # takes every connection and says nothing
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        broker = f"amqp://guest:guest@127.0.0.1:{listener.getsockname()[1]}/"
+        config = _config(tmp_path, broker=broker)
+        start = [sys.executable, "-m", "agentrl.ops.cli.agentrl_supervisor", "start"]
+        done = subprocess.run(  # a process of its own: pika's I/O thread writes to its stderr
+            [*start, "--config", str(config), "--log-level", "error"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    line = _one_line(done.stderr)
+    assert "no broker answered" in line
+    assert not (tmp_path / "runs").exists()
