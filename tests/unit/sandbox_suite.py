@@ -134,9 +134,16 @@ def judge_is_stopped_at_its_limit(opener: Opener) -> None:
 
 def find_walks_the_machine_quietly(opener: Opener) -> None:
     """`find /` reads everything as AgentBench's root does in its container: no error, exit
-    0, for the agent and for a judge (an item's example `find / -name X` is judged)."""
+    0, for the agent and for a judge (an item's example `find / -name X` is judged), also
+    while the agent's terminal shell is open (its /proc entries included)."""
     box = opener()
     seen = box.run("find / -name agentrl-nothing", 60)
     assert (seen.exit_code, seen.output) == (0, ""), seen
     judged = box.judge(["/usr/bin/bash", "-c", "find / -name agentrl-nothing"], 60)
     assert (judged.exit_code, judged.output, judged.errors) == (0, "", ""), judged
+    terminal = box.open_terminal()  # the agent's shell, alive beside the judge
+    try:
+        judged = box.judge(["/usr/bin/bash", "-c", "find / -name agentrl-nothing"], 60)
+        assert (judged.exit_code, judged.output, judged.errors) == (0, "", ""), judged
+    finally:
+        terminal.close()

@@ -174,10 +174,14 @@ class BwrapSandbox:
         caps = ",".join(f"+{c}" for c in CAPS)
         enter = ["nsenter", "-t", str(self._pid), "-U", "-m", "-u", "-i", "-n", "-p"]
         enter += [f"--root={view}", f"--wd={view}/root"]
-        if judge:  # sys_admin for `guard.GUARD` alone, which drops it before the judge runs
-            drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_admin"]
+        if judge:  # sys_admin for `guard.GUARD` alone, which drops it before the judge runs;
+            # sys_chroot as the agent's commands hold it: a judge whose capabilities are not
+            # a superset of a process's cannot read its /proc entries (`find /` exits 1)
+            bounding = f"--bounding-set=-all,{caps},+sys_chroot,+sys_admin"
+            drop = [_SETPRIV, "--inh-caps=-all", bounding]
             clean = [_ENV, "-i", f"PATH={JUDGE_PATH}", *_BASE_ENV]
-            return [*enter, *drop, "--", *clean, *guarded(list(argv), caps_mask(CAPS))]
+            keep = caps_mask((*CAPS, "sys_chroot"))
+            return [*enter, *drop, "--", *clean, *guarded(list(argv), keep)]
         drop = [_SETPRIV, "--inh-caps=-all", f"--bounding-set=-all,{caps},+sys_chroot"]
         into = [_CHROOT, "/proc/1/root", _ENV, "-i", "-C", "/root", f"PATH={PATH}", *_BASE_ENV]
         into += env

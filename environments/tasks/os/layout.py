@@ -75,8 +75,10 @@ CAPS = (
     "net_bind_service", "audit_write", "setfcap",
 )  # fmt: skip
 """What a session's root keeps: Docker's default set without ``mknod``. A command also
-keeps ``sys_chroot`` (its way from the judge's view into the agent's); a judge's first
-program (`guard.GUARD`) ``sys_admin``, which it drops before the judge runs."""
+keeps ``sys_chroot`` (its way from the judge's view into the agent's), and so does a judge
+(a judge holding less than a process cannot read that process's ``/proc`` entries, and
+`find /` would fail beside the agent's shell); a judge's first program (`guard.GUARD`)
+``sys_admin``, which it drops before the judge runs."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 JUDGE_COVER = "/.judge"
 """Where the judge's view is built (a tmpfs of its own), covered once built."""
