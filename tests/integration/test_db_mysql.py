@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import random
 from pathlib import Path
 
@@ -27,20 +26,6 @@ pytestmark = pytest.mark.integration
 
 MYSQL = "mysql://root@127.0.0.1:3306"
 SAMPLE = Path(__file__).resolve().parents[2].parent / "shared/agentbench/dbbench/dev.jsonl"
-
-
-@pytest.fixture(scope="module")
-def server():
-    import pymysql
-
-    if not broker_answers("127.0.0.1", 3306):
-        reason = "no MySQL/MariaDB server answers at 127.0.0.1:3306"
-        if os.environ.get("AGENTRL_REQUIRE_MYSQL") == "1":
-            pytest.fail(f"{reason} and AGENTRL_REQUIRE_MYSQL=1")
-        pytest.skip(f"{reason} (set AGENTRL_REQUIRE_MYSQL=1 to make this a failure)")
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
-    yield conn
-    conn.close()
 
 
 def session_databases(conn) -> set[str]:
